@@ -1,0 +1,5 @@
+"""Mnemos: a self-hostable memory server for AI agents."""
+
+__all__ = ["__version__"]
+
+__version__ = "0.1.0"

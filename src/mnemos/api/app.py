@@ -1,0 +1,69 @@
+"""The ASGI application: `create_app(settings)` wires settings, store, services and routers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+from fastapi.responses import JSONResponse
+
+from mnemos import __version__
+from mnemos.api import band_agent
+from mnemos.api.deps import Services, services
+from mnemos.api.errors import install_error_handlers
+from mnemos.api.middleware import RequestContextMiddleware
+from mnemos.config import Settings, load_settings
+from mnemos.domain.memories import MemoryService
+from mnemos.domain.pagination import CursorCodec
+from mnemos.errors import StorageUnavailable
+from mnemos.storage import open_store
+from mnemos.storage.base import Store
+
+CURSOR_SECRET = "cursor-hmac"
+
+
+def build_services(settings: Settings, store: Store | None = None) -> Services:
+    store = store or open_store(settings)
+    codec = CursorCodec(store.secret(CURSOR_SECRET))
+    memories = MemoryService(store, codec, max_content_chars=settings.max_content_chars)
+    return Services(settings=settings, store=store, memories=memories)
+
+
+def create_app(settings: Settings | None = None, store: Store | None = None) -> FastAPI:
+    """A Mnemos app over an already migrated database."""
+    settings = settings or load_settings()
+    owns_store = store is None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.services = build_services(settings, store)
+        yield
+        if owns_store:
+            app.state.services.store.close()
+
+    app = FastAPI(
+        title="Mnemos",
+        version=__version__,
+        description="Memory server for AI agents (Band, Tuya and Superagent wire-compatible).",
+        lifespan=lifespan,
+    )
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    install_error_handlers(app)
+    app.include_router(band_agent.router)
+
+    @app.get("/healthz", tags=["Operations"], summary="Health check")
+    def healthz(svc: Services = Depends(services)) -> JSONResponse:
+        """200 when the database answers, 503 otherwise."""
+        try:
+            svc.store.ping()
+        except StorageUnavailable:
+            return JSONResponse({"status": "unavailable"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    return app
+
+
+def factory() -> FastAPI:
+    """Entry point for `uvicorn --factory` and worker processes: settings from the environment."""
+    return create_app(load_settings())

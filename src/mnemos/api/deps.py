@@ -1,0 +1,61 @@
+"""Request-scoped dependencies: the services, and who is calling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Depends, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from mnemos.config import Settings
+from mnemos.domain.accounts import hash_key, user_id_from_token
+from mnemos.domain.memories import MemoryService
+from mnemos.domain.models import AgentContext, UserContext
+from mnemos.errors import Unauthorized
+from mnemos.storage.base import Store
+
+
+@dataclass
+class Services:
+    settings: Settings
+    store: Store
+    memories: MemoryService
+
+
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
+
+
+api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="ApiKey")
+bearer = HTTPBearer(auto_error=False, scheme_name="BearerJWT")
+
+
+def agent_caller(
+    key: str | None = Depends(api_key_header), svc: Services = Depends(services)
+) -> AgentContext:
+    """The agent whose key is in `X-API-Key`; person keys are refused here."""
+    if not key:
+        raise Unauthorized("X-API-Key header with an agent API key is required")
+    ctx = svc.store.agent_by_key(hash_key(key))
+    if ctx is None:
+        raise Unauthorized("Invalid API key")
+    return ctx
+
+
+def user_caller(
+    key: str | None = Depends(api_key_header),
+    token: HTTPAuthorizationCredentials | None = Depends(bearer),
+    svc: Services = Depends(services),
+) -> UserContext:
+    """The person behind `X-API-Key` or `Authorization: Bearer <JWT>`; agent keys are refused."""
+    ctx: UserContext | None
+    if key:
+        ctx = svc.store.user_by_key(hash_key(key))
+    elif token is not None:
+        ctx = svc.store.user_context(user_id_from_token(svc.store, token.credentials))
+    else:
+        raise Unauthorized("An X-API-Key or Bearer token is required")
+    if ctx is None:
+        raise Unauthorized("Invalid credentials")
+    return ctx

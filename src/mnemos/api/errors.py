@@ -1,0 +1,88 @@
+"""One handler renders every error as `{"error": {"code", "message", "request_id", "details"?}}`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mnemos.api.middleware import error_body
+from mnemos.errors import MnemosError
+
+log = logging.getLogger("mnemos")
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_failed",
+}
+
+
+def request_id(request: Request) -> str:
+    return str(getattr(request.state, "request_id", "") or "")
+
+
+def error_response(
+    request: Request, status: int, code: str, message: str, details: Any = None
+) -> Response:
+    rid = request_id(request)
+    return Response(
+        error_body(code, message, rid, details),
+        status_code=status,
+        media_type="application/json",
+        headers={"X-Request-Id": rid},
+    )
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    parts = [str(part) for part in loc if part not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+async def _mnemos_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, MnemosError)
+    return error_response(request, exc.status, exc.code, exc.message, exc.details)
+
+
+PAGINATION_FIELDS = frozenset({"cursor", "limit", "page", "page_size"})
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    details: dict[str, str] = {}
+    for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            details["body"] = "invalid JSON"
+            continue
+        details.setdefault(_field_name(tuple(err.get("loc", ()))), str(err.get("msg", "invalid")))
+    if details and set(details) <= PAGINATION_FIELDS:
+        return error_response(request, 422, "invalid_pagination", "Invalid pagination", details)
+    return error_response(request, 422, "validation_failed", "Validation failed", details)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "error")
+    return error_response(request, exc.status_code, code, str(exc.detail))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error", exc_info=exc)
+    return error_response(request, 500, "internal_error", "Internal server error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(MnemosError, _mnemos_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

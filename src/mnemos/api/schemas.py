@@ -1,0 +1,148 @@
+"""Wire shapes of the Band APIs (pydantic models document them in OpenAPI) and translations."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mnemos.domain.ids import iso
+from mnemos.domain.memories import MemoryDraft
+from mnemos.domain.models import Agent, Memory, MemoryType, Scope, Segment, System
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    request_id: str
+    details: dict[str, Any] | None = None
+
+
+class ErrorEnvelope(BaseModel):
+    error: ErrorBody
+
+
+class MemoryCreate(BaseModel):
+    """A memory as `band-client-rest` sends it in `{"memory": {...}}`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    content: str = Field(max_length=1_000_000)
+    thought: str = Field(max_length=1_000_000)
+    system: System
+    type: MemoryType
+    segment: Segment
+    scope: Scope | None = None
+    subject_id: uuid.UUID | None = None
+    chat_room_id: uuid.UUID | None = None
+    metadata: dict[str, Any] | None = None
+
+    def draft(self) -> MemoryDraft:
+        return MemoryDraft(
+            content=self.content,
+            thought=self.thought,
+            system=self.system,
+            type=self.type,
+            segment=self.segment,
+            scope=self.scope,
+            subject_id=self.subject_id,
+            chat_room_id=self.chat_room_id,
+            metadata=self.metadata,
+        )
+
+
+class StoreMemoryRequest(BaseModel):
+    memory: MemoryCreate
+
+
+class MemoryOut(BaseModel):
+    id: str
+    content: str
+    thought: str | None
+    system: str
+    type: str
+    segment: str
+    scope: str
+    status: str
+    subject_id: str | None
+    organization_id: str | None
+    source_agent_id: str | None
+    chat_room_id: str | None
+    metadata: dict[str, Any]
+    inserted_at: str
+    updated_at: str
+
+
+class MemoryEnvelope(BaseModel):
+    data: MemoryOut
+
+
+class PageMeta(BaseModel):
+    has_more: bool | None = None
+    limit: int | None = None
+    next_cursor: str | None = None
+    page: int | None = None
+    page_size: int | None = None
+    total_count: int | None = None
+    total_pages: int | None = None
+
+
+class MemoryList(BaseModel):
+    data: list[MemoryOut]
+    meta: PageMeta
+    metadata: PageMeta
+
+
+class AgentMeOut(BaseModel):
+    id: str
+    name: str
+    description: str | None
+    handle: str
+    owner_uuid: str
+    organization_id: str | None
+    feature_flags: dict[str, bool]
+    inserted_at: str
+    updated_at: str
+
+
+class AgentMeEnvelope(BaseModel):
+    data: AgentMeOut
+
+
+def _id(value: uuid.UUID | None) -> str | None:
+    return str(value) if value is not None else None
+
+
+def memory_json(memory: Memory) -> dict[str, Any]:
+    return {
+        "id": str(memory.id),
+        "content": memory.content,
+        "thought": memory.thought,
+        "system": memory.system.value,
+        "type": memory.type.value,
+        "segment": memory.segment.value,
+        "scope": memory.scope.value,
+        "status": memory.status.value,
+        "subject_id": _id(memory.subject_id),
+        "organization_id": _id(memory.organization_id),
+        "source_agent_id": _id(memory.source_agent_id),
+        "chat_room_id": _id(memory.chat_room_id),
+        "metadata": memory.metadata,
+        "inserted_at": iso(memory.inserted_at),
+        "updated_at": iso(memory.updated_at),
+    }
+
+
+def agent_json(agent: Agent, organization_id: uuid.UUID | None) -> dict[str, Any]:
+    return {
+        "id": str(agent.id),
+        "name": agent.name,
+        "description": agent.description,
+        "handle": agent.handle,
+        "owner_uuid": str(agent.owner_id),
+        "organization_id": _id(organization_id),
+        "feature_flags": {"ff_file_transfer": False, "ff_room_tasks": False, "ff_memories": True},
+        "inserted_at": iso(agent.inserted_at),
+        "updated_at": iso(agent.updated_at),
+    }

@@ -1,0 +1,173 @@
+"""`mnemos serve | migrate | admin ...`: every admin command prints one JSON object."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from mnemos.config import Settings, load_settings
+from mnemos.domain import accounts
+from mnemos.errors import MnemosError
+from mnemos.storage import migrate as run_migrations
+from mnemos.storage import open_store
+from mnemos.storage.base import Store
+
+database_option = click.option(
+    "--database-url",
+    envvar="MNEMOS_DATABASE_URL",
+    default=None,
+    help="SQLAlchemy-style URL: sqlite:///path/file.db or postgresql://user@host/db "
+    "(default: SQLite under ~/.local/share/mnemos, or MNEMOS_DATA_DIR).",
+)
+
+
+def _emit(payload: dict[str, Any]) -> None:
+    click.echo(json.dumps(payload))
+
+
+@contextmanager
+def _admin_store(database_url: str | None) -> Iterator[Store]:
+    settings = load_settings(database_url=database_url)
+    run_migrations(settings)
+    store = open_store(settings)
+    try:
+        yield store
+    except MnemosError as exc:
+        click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message}}), err=True)
+        sys.exit(1)
+    finally:
+        store.close()
+
+
+def _uuid(_ctx: click.Context, param: click.Parameter, value: str | None) -> uuid.UUID | None:
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise click.BadParameter("must be a UUID", param=param) from None
+
+
+@click.group()
+@click.version_option(package_name="mnemos")
+def main() -> None:
+    """Mnemos: a memory server for AI agents."""
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
+@click.option("--log-level", default="info", show_default=True)
+@database_option
+def serve(host: str, port: int, workers: int, log_level: str, database_url: str | None) -> None:
+    """Create or migrate the database, then serve HTTP."""
+    import uvicorn
+
+    settings = load_settings(database_url=database_url)
+    run_migrations(settings)
+    # Worker processes build their own settings from the environment: hand them the URL.
+    os.environ["MNEMOS_DATABASE_URL"] = settings.resolved_database_url()
+    click.echo(f"mnemos: serving on http://{host}:{port} ({_redacted(settings)})", err=True)
+    uvicorn.run(
+        "mnemos.api.app:factory",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=20,
+    )
+
+
+def _redacted(settings: Settings) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(settings.resolved_database_url()).render_as_string(hide_password=True)
+
+
+@main.command()
+@database_option
+def migrate(database_url: str | None) -> None:
+    """Apply every pending migration."""
+    settings = load_settings(database_url=database_url)
+    run_migrations(settings)
+    _emit({"ok": True, "database": _redacted(settings)})
+
+
+@main.group()
+def admin() -> None:
+    """Operator commands; each prints one JSON object."""
+
+
+def _admin_command(fn: Callable[..., None]) -> Callable[..., None]:
+    return admin.command()(database_option(fn))
+
+
+@_admin_command
+@click.option("--name", required=True)
+def create_org(name: str, database_url: str | None) -> None:
+    """Create an organization."""
+    with _admin_store(database_url) as store:
+        org = accounts.create_organization(store, name)
+        _emit({"id": str(org.id)})
+
+
+@_admin_command
+@click.option("--name", required=True)
+@click.option("--email", required=True)
+@click.option("--org", "org_id", callback=_uuid, default=None)
+def create_user(name: str, email: str, org_id: uuid.UUID | None, database_url: str | None) -> None:
+    """Create a person (optionally in an organization); prints their API key once."""
+    with _admin_store(database_url) as store:
+        issued = accounts.create_user(store, name, email, org_id)
+        _emit({"id": str(issued.user.id), "api_key": issued.api_key})
+
+
+@_admin_command
+@click.option("--owner", "owner_id", callback=_uuid, required=True)
+@click.option("--name", required=True)
+@click.option("--description", default=None)
+def create_agent(
+    owner_id: uuid.UUID, name: str, description: str | None, database_url: str | None
+) -> None:
+    """Create an agent owned by a person; prints its API key once."""
+    with _admin_store(database_url) as store:
+        issued = accounts.create_agent(store, owner_id, name, description)
+        _emit({"id": str(issued.agent.id), "api_key": issued.api_key})
+
+
+@_admin_command
+@click.option("--org", "org_id", callback=_uuid, default=None)
+@click.option("--user", "user_id", callback=_uuid, default=None)
+@click.option("--memory", type=click.Choice(["on", "off"]), required=True)
+def set_plan(
+    org_id: uuid.UUID | None, user_id: uuid.UUID | None, memory: str, database_url: str | None
+) -> None:
+    """Turn memory access on or off for an organization or a person."""
+    if (org_id is None) == (user_id is None):
+        raise click.UsageError("give exactly one of --org and --user")
+    with _admin_store(database_url) as store:
+        kind = "organization" if org_id is not None else "user"
+        target = org_id or user_id
+        assert target is not None
+        if not store.set_memory_enabled(kind, target, memory == "on"):
+            raise accounts.NotFound(f"No such {kind}", {kind: str(target)})
+        _emit({"ok": True})
+
+
+@_admin_command
+@click.option("--user", "user_id", callback=_uuid, required=True)
+@click.option("--ttl", default=3600, show_default=True, type=int, help="Lifetime in seconds")
+def create_token(user_id: uuid.UUID, ttl: int, database_url: str | None) -> None:
+    """Issue a JWT for a person, accepted as `Authorization: Bearer`."""
+    with _admin_store(database_url) as store:
+        _emit({"token": accounts.issue_token(store, user_id, ttl)})

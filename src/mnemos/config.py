@@ -1,0 +1,49 @@
+"""Runtime settings, built by a function and passed in (nothing reads the environment at import)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1024 * 1024
+
+
+def default_data_dir() -> Path:
+    """Where the embedded SQLite database lives unless told otherwise."""
+    return Path.home() / ".local" / "share" / "mnemos"
+
+
+class Settings(BaseSettings):
+    """Everything the server needs to run; each field can be set as `MNEMOS_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix="MNEMOS_", extra="ignore")
+
+    database_url: str = ""
+    data_dir: Path = Field(default_factory=default_data_dir)
+    max_body_bytes: int = Field(default=MIB, ge=1024)
+    max_content_chars: int = Field(default=10_000, ge=1)
+    max_query_chars: int = Field(default=500, ge=1)
+    sqlite_synchronous: str = "FULL"
+    db_pool_size: int = Field(default=8, ge=1, le=200)
+
+    @field_validator("sqlite_synchronous")
+    @classmethod
+    def _known_synchronous(cls, value: str) -> str:
+        value = value.upper()
+        if value not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise ValueError("must be OFF, NORMAL, FULL or EXTRA")
+        return value
+
+    def resolved_database_url(self) -> str:
+        """The database URL, defaulting to a SQLite file under `data_dir`."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'mnemos.db'}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment, with explicit overrides winning."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    return Settings(**given)  # type: ignore[arg-type]

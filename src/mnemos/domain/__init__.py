@@ -1,0 +1,1 @@
+"""The rules of Mnemos: memories, visibility, pagination. Pure Python: no HTTP, no SQL."""

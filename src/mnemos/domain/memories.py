@@ -1,0 +1,235 @@
+"""Storing, listing, reading and changing memories: every visibility rule lives here.
+
+Routes of every API family call these functions with an authenticated context and parsed
+input; they return domain objects or raise `MnemosError`s.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from mnemos.domain.accounts import require_memory_plan
+from mnemos.domain.ids import try_uuid, utcnow, uuid7
+from mnemos.domain.models import (
+    VALID_TYPES,
+    AgentContext,
+    Memory,
+    MemoryType,
+    Scope,
+    Segment,
+    Status,
+    System,
+)
+from mnemos.domain.pagination import (
+    CursorCodec,
+    CursorPage,
+    OffsetPage,
+    PageRequest,
+    Position,
+    cursor_meta,
+    offset_meta,
+)
+from mnemos.domain.queries import Audience, Filters, MemoryQuery
+from mnemos.errors import (
+    Forbidden,
+    InvalidMemoryType,
+    NotFound,
+    OrgScopeRequiresOrganization,
+    SubjectIdRequired,
+    SubjectIdRequiresSubjectScope,
+    invalid_field,
+)
+from mnemos.storage.base import Store
+
+MAX_METADATA_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class MemoryDraft:
+    """A store request, already shaped by the API layer."""
+
+    content: str
+    thought: str
+    system: System
+    type: MemoryType
+    segment: Segment
+    scope: Scope | None = None
+    subject_id: uuid.UUID | None = None
+    chat_room_id: uuid.UUID | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class MemoryPage:
+    items: list[Memory]
+    meta: dict[str, Any]
+    deprecated: bool
+
+
+@dataclass(frozen=True)
+class AgentListParams:
+    memory_scope: str = "me"
+    scope: str | None = None
+    subject_id: uuid.UUID | None = None
+
+
+class MemoryService:
+    """The memory rules over one store."""
+
+    def __init__(self, store: Store, codec: CursorCodec, *, max_content_chars: int = 10_000):
+        self.store = store
+        self.codec = codec
+        self.max_content_chars = max_content_chars
+
+    # --- shared ----------------------------------------------------------------------------
+
+    def page(self, query: MemoryQuery, request: PageRequest) -> MemoryPage:
+        """Run a query for one page of either pagination family."""
+        if isinstance(request, OffsetPage):
+            items = list(
+                self.store.list_memories(query, limit=request.page_size, offset=request.offset)
+            )
+            total = self.store.count_memories(query)
+            return MemoryPage(items, offset_meta(request, total), deprecated=True)
+        return self._cursor_page(query, request)
+
+    def _cursor_page(self, query: MemoryQuery, request: CursorPage) -> MemoryPage:
+        rows = list(self.store.list_memories(query, limit=request.limit + 1, after=request.after))
+        items = rows[: request.limit]
+        next_cursor = None
+        if len(rows) > request.limit:
+            last = items[-1]
+            next_cursor = self.codec.encode(Position(last.inserted_at, last.id))
+        return MemoryPage(items, cursor_meta(request, next_cursor), deprecated=False)
+
+    def validate_draft(self, draft: MemoryDraft) -> None:
+        if not draft.content.strip():
+            raise invalid_field("content", "must not be empty")
+        if len(draft.content) > self.max_content_chars:
+            raise invalid_field("content", f"must be at most {self.max_content_chars} characters")
+        if len(draft.thought) > self.max_content_chars:
+            raise invalid_field("thought", f"must be at most {self.max_content_chars} characters")
+        if draft.type not in VALID_TYPES[draft.system]:
+            valid = [kind.value for kind in VALID_TYPES[draft.system]]
+            raise InvalidMemoryType(
+                f"Type '{draft.type.value}' is not valid for system '{draft.system.value}'",
+                details={"system": draft.system.value, "valid_types": valid},
+            )
+        if draft.metadata is not None:
+            if len(json.dumps(draft.metadata)) > MAX_METADATA_BYTES:
+                raise invalid_field("metadata", f"must be at most {MAX_METADATA_BYTES} bytes")
+
+    # --- the agent API ---------------------------------------------------------------------
+
+    def store_as_agent(self, ctx: AgentContext, draft: MemoryDraft) -> Memory:
+        """Store a memory with the agent as its source (DESIGN.md, "Store")."""
+        require_memory_plan(ctx.owner, ctx.organization)
+        self.validate_draft(draft)
+        scope = draft.scope or (Scope.SUBJECT if draft.subject_id else Scope.AGENT)
+        if scope is Scope.SUBJECT and draft.subject_id is None:
+            raise SubjectIdRequired("scope 'subject' requires subject_id")
+        if scope is not Scope.SUBJECT and draft.subject_id is not None:
+            raise SubjectIdRequiresSubjectScope()
+        if scope is Scope.ORGANIZATION and ctx.organization is None:
+            raise OrgScopeRequiresOrganization()
+        now = utcnow()
+        memory = Memory(
+            id=uuid7(),
+            content=draft.content,
+            thought=draft.thought,
+            system=draft.system,
+            type=draft.type,
+            segment=draft.segment,
+            scope=scope,
+            subject_id=draft.subject_id,
+            organization_id=None if scope is Scope.AGENT else ctx.organization_id,
+            source_agent_id=ctx.agent.id,
+            chat_room_id=draft.chat_room_id,
+            metadata=draft.metadata or {},
+            status=Status.ACTIVE,
+            inserted_at=now,
+            updated_at=now,
+        )
+        self.store.insert_memory(memory)
+        return memory
+
+    def agent_query(self, ctx: AgentContext, params: AgentListParams, filters: Filters) -> MemoryQuery:
+        """What `GET /api/v1/agent/memories` returns, per DESIGN.md's table."""
+        me = ctx.agent.id
+        scope = None if params.scope in (None, "all") else Scope(params.scope)
+        narrow_subject = params.subject_id
+        if params.memory_scope == "me":
+            audiences = (Audience(source_agent_id=me, scopes=(scope,) if scope else None),)
+        else:
+            org = ctx.organization_id
+            if org is None:
+                raise OrgScopeRequiresOrganization(
+                    "memory_scope 'org' requires the agent's owner to belong to an organization"
+                )
+            own = Audience(source_agent_id=me)
+            shared = Audience(organization_id=org, scopes=(Scope.ORGANIZATION,))
+            if params.scope is None or scope is Scope.ORGANIZATION:
+                audiences = (shared,)
+            elif scope is Scope.AGENT:
+                audiences = (Audience(source_agent_id=me, scopes=(Scope.AGENT,)),)
+            elif scope is Scope.SUBJECT:
+                if params.subject_id is None:
+                    raise SubjectIdRequired("scope 'subject' requires subject_id")
+                audiences = (self._subject_audience(org, params.subject_id),)
+            else:  # all: organization memories, this agent's own, and the named subject's
+                audiences = (shared, own)
+                if params.subject_id is not None:
+                    audiences += (self._subject_audience(org, params.subject_id),)
+                narrow_subject = None
+        return MemoryQuery(
+            audiences=audiences,
+            statuses=filters.statuses,
+            system=filters.system,
+            type=filters.type,
+            segment=filters.segment,
+            subject_id=narrow_subject,
+            search=filters.search,
+        )
+
+    @staticmethod
+    def _subject_audience(org: uuid.UUID, subject_id: uuid.UUID) -> Audience:
+        return Audience(organization_id=org, scopes=(Scope.SUBJECT,), subject_id=subject_id)
+
+    def list_as_agent(
+        self, ctx: AgentContext, params: AgentListParams, filters: Filters, request: PageRequest
+    ) -> MemoryPage:
+        require_memory_plan(ctx.owner, ctx.organization)
+        return self.page(self.agent_query(ctx, params, filters), request)
+
+    @staticmethod
+    def agent_can_read(ctx: AgentContext, memory: Memory) -> bool:
+        """Its own memories, and the organization and subject memories of its organization."""
+        if memory.source_agent_id is not None and memory.source_agent_id == ctx.agent.id:
+            return True
+        org = ctx.organization_id
+        return (
+            org is not None
+            and memory.organization_id == org
+            and memory.scope in (Scope.ORGANIZATION, Scope.SUBJECT)
+        )
+
+    def get_as_agent(self, ctx: AgentContext, memory_id: str) -> Memory:
+        require_memory_plan(ctx.owner, ctx.organization)
+        ident = try_uuid(memory_id)
+        memory = self.store.get_memory(ident) if ident else None
+        if memory is None or not self.agent_can_read(ctx, memory):
+            raise NotFound("Memory not found")
+        return memory
+
+    def set_status_as_agent(self, ctx: AgentContext, memory_id: str, status: Status) -> Memory:
+        """Supersede or archive: only the storing agent may (403 for others who can see it)."""
+        memory = self.get_as_agent(ctx, memory_id)
+        if memory.source_agent_id != ctx.agent.id:
+            raise Forbidden("Only the agent that stored a memory can change its status")
+        updated = self.store.set_memory_status(memory.id, status, utcnow())
+        if updated is None:
+            raise NotFound("Memory not found")
+        return updated

@@ -1,0 +1,142 @@
+"""The entities of DESIGN.md and the memory taxonomy."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from mnemos.errors import invalid_field
+
+
+class System(StrEnum):
+    SENSORY = "sensory"
+    WORKING = "working"
+    LONG_TERM = "long_term"
+
+
+class MemoryType(StrEnum):
+    ICONIC = "iconic"
+    ECHOIC = "echoic"
+    HAPTIC = "haptic"
+    EPISODIC = "episodic"
+    SEMANTIC = "semantic"
+    PROCEDURAL = "procedural"
+
+
+class Segment(StrEnum):
+    USER = "user"
+    AGENT = "agent"
+    TOOL = "tool"
+    GUIDELINE = "guideline"
+
+
+class Scope(StrEnum):
+    AGENT = "agent"
+    SUBJECT = "subject"
+    ORGANIZATION = "organization"
+
+
+class Status(StrEnum):
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+    ARCHIVED = "archived"
+
+
+_SENSORY_TYPES = (MemoryType.ICONIC, MemoryType.ECHOIC, MemoryType.HAPTIC)
+_COGNITIVE_TYPES = (MemoryType.EPISODIC, MemoryType.SEMANTIC, MemoryType.PROCEDURAL)
+
+# The guide allows only `episodic` for `working`, but band-sdk's own validator accepts all
+# three cognitive types there, and the real client wins (see docs/decisions.md).
+VALID_TYPES: dict[System, tuple[MemoryType, ...]] = {
+    System.SENSORY: _SENSORY_TYPES,
+    System.WORKING: _COGNITIVE_TYPES,
+    System.LONG_TERM: _COGNITIVE_TYPES,
+}
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def parse_enum(enum: type[E], value: str, field_name: str) -> E:
+    """Parse a caller-supplied enum value, or fail with `validation_failed` naming the field."""
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = ", ".join(member.value for member in enum)
+        raise invalid_field(field_name, f"must be one of: {allowed}") from None
+
+
+@dataclass(frozen=True)
+class Organization:
+    id: uuid.UUID
+    name: str
+    memory_enabled: bool = True
+
+
+@dataclass(frozen=True)
+class User:
+    id: uuid.UUID
+    name: str
+    email: str
+    handle: str
+    organization_id: uuid.UUID | None
+    memory_enabled: bool
+    inserted_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: uuid.UUID
+    name: str
+    description: str | None
+    owner_id: uuid.UUID
+    handle: str
+    inserted_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """An authenticated agent with what its rights depend on: its owner and organization."""
+
+    agent: Agent
+    owner: User
+    organization: Organization | None
+
+    @property
+    def organization_id(self) -> uuid.UUID | None:
+        return self.organization.id if self.organization else None
+
+
+@dataclass(frozen=True)
+class UserContext:
+    """An authenticated person and their organization."""
+
+    user: User
+    organization: Organization | None
+
+    @property
+    def organization_id(self) -> uuid.UUID | None:
+        return self.organization.id if self.organization else None
+
+
+@dataclass(frozen=True)
+class Memory:
+    id: uuid.UUID
+    content: str
+    thought: str | None
+    system: System
+    type: MemoryType
+    segment: Segment
+    scope: Scope
+    subject_id: uuid.UUID | None
+    organization_id: uuid.UUID | None
+    source_agent_id: uuid.UUID | None
+    chat_room_id: uuid.UUID | None
+    metadata: dict[str, Any]
+    status: Status
+    inserted_at: datetime
+    updated_at: datetime

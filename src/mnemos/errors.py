@@ -1,0 +1,94 @@
+"""One exception tree for everything Mnemos refuses; the API renders it as one JSON shape.
+
+Each error carries the HTTP status and the machine-readable `code` of DESIGN.md, so the
+domain can say *why* without knowing about HTTP, and one handler renders every error as
+`{"error": {"code", "message", "request_id", "details"?}}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MnemosError(Exception):
+    """Base of every error Mnemos reports to a caller."""
+
+    status: int = 500
+    code: str = "internal_error"
+    default_message: str = "Internal server error"
+
+    def __init__(self, message: str | None = None, details: dict[str, Any] | None = None):
+        self.message = message or self.default_message
+        self.details = details
+        super().__init__(self.message)
+
+
+class Unauthorized(MnemosError):
+    status, code, default_message = 401, "unauthorized", "Missing or invalid credentials"
+
+
+class Forbidden(MnemosError):
+    status, code, default_message = 403, "forbidden", "You may not do this"
+
+
+class PlanRequired(MnemosError):
+    status, code = 403, "plan_required"
+    default_message = (
+        "Memory API access requires an Enterprise plan. "
+        "Please upgrade your subscription to use this endpoint."
+    )
+
+
+class NotFound(MnemosError):
+    status, code, default_message = 404, "not_found", "Not found"
+
+
+class MethodNotAllowed(MnemosError):
+    status, code, default_message = 405, "method_not_allowed", "Method not allowed"
+
+
+class PayloadTooLarge(MnemosError):
+    status, code, default_message = 413, "payload_too_large", "Request body is too large"
+
+
+class ValidationFailed(MnemosError):
+    status, code, default_message = 422, "validation_failed", "Validation failed"
+
+
+class InvalidMemoryType(MnemosError):
+    status, code, default_message = 422, "invalid_memory_type", "Type is not valid for system"
+
+
+class SubjectIdRequired(MnemosError):
+    status, code, default_message = 422, "subject_id_required", "subject_id is required"
+
+
+class SubjectIdRequiresSubjectScope(MnemosError):
+    status, code = 422, "subject_id_requires_subject_scope"
+    default_message = "subject_id is only allowed with scope 'subject'"
+
+
+class OrgScopeRequiresOrganization(MnemosError):
+    status, code = 422, "org_scope_requires_organization"
+    default_message = "Organization scope requires the agent's owner to belong to an organization"
+
+
+class InvalidPagination(MnemosError):
+    status, code, default_message = 422, "invalid_pagination", "Invalid pagination parameters"
+
+
+class MemoryNotArchived(MnemosError):
+    status, code, default_message = 422, "memory_not_archived", "Only an archived memory can be restored"
+
+
+class Conflict(MnemosError):
+    status, code, default_message = 409, "conflict", "Conflict"
+
+
+class StorageUnavailable(MnemosError):
+    status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
+
+
+def invalid_field(field: str, problem: str) -> ValidationFailed:
+    """A `validation_failed` error that names the offending field."""
+    return ValidationFailed(f"Invalid value for {field}: {problem}", details={field: problem})

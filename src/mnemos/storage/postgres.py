@@ -1,0 +1,49 @@
+"""PostgreSQL, the production store: psycopg 3, a connection pool per process, tsvector search.
+
+Search matches the generated `memories.search` column (GIN-indexed), built with the `simple`
+configuration over the lower-cased content with every non-alphanumeric run replaced by a space,
+so words split exactly as `mnemos.domain.search.words_of` splits them on every backend.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.sql.dml import Insert
+
+from mnemos.domain.search import SearchQuery
+from mnemos.storage.schema import memories
+from mnemos.storage.sql import SqlStore
+
+
+def tsquery(search: SearchQuery) -> str:
+    """A `to_tsquery` expression: words as prefixes, phrases with `<->`, all ANDed."""
+    terms = [f"{word}:*" for word in search.words]
+    terms += ["(" + " <-> ".join(phrase) + ")" for phrase in search.phrases]
+    return " & ".join(terms)
+
+
+def driver_url(url: str) -> str:
+    """`postgresql://...` as users write it, with the psycopg 3 driver named for SQLAlchemy."""
+    scheme, sep, rest = url.partition("://")
+    if scheme in {"postgresql", "postgres"}:
+        scheme = "postgresql+psycopg"
+    return f"{scheme}{sep}{rest}"
+
+
+class PostgresStore(SqlStore):
+    """Many stateless Mnemos processes can share one of these."""
+
+    def __init__(self, url: str, *, pool_size: int = 8):
+        engine = sa.create_engine(
+            driver_url(url), pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+        )
+        super().__init__(read_engine=engine, write_engine=engine)
+
+    def _search_clause(self, search: SearchQuery) -> sa.ColumnElement[bool]:
+        return sa.literal_column("memories.search").op("@@")(
+            sa.func.to_tsquery(sa.literal_column("'simple'::regconfig"), tsquery(search))
+        )
+
+    def _insert_ignore(self, table: sa.Table) -> Insert:
+        return pg_insert(table).on_conflict_do_nothing()

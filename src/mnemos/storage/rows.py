@@ -1,0 +1,107 @@
+"""Rows to domain objects and back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from mnemos.domain.models import (
+    Agent,
+    Memory,
+    MemoryType,
+    Organization,
+    Scope,
+    Segment,
+    Status,
+    System,
+    User,
+)
+from mnemos.storage.schema import agents, memories, organizations, users
+
+MEMORY_COLUMNS = [column for column in memories.c if column.name != "pk"]
+
+
+def memory_values(memory: Memory) -> dict[str, Any]:
+    return {
+        "id": memory.id,
+        "content": memory.content,
+        "thought": memory.thought,
+        "system": memory.system.value,
+        "type": memory.type.value,
+        "segment": memory.segment.value,
+        "scope": memory.scope.value,
+        "subject_id": memory.subject_id,
+        "organization_id": memory.organization_id,
+        "source_agent_id": memory.source_agent_id,
+        "chat_room_id": memory.chat_room_id,
+        "metadata": memory.metadata,
+        "status": memory.status.value,
+        "inserted_at": memory.inserted_at,
+        "updated_at": memory.updated_at,
+    }
+
+
+def to_memory(row: sa.Row[Any]) -> Memory:
+    m = row._mapping
+    return Memory(
+        id=m["id"],
+        content=m["content"],
+        thought=m["thought"],
+        system=System(m["system"]),
+        type=MemoryType(m["type"]),
+        segment=Segment(m["segment"]),
+        scope=Scope(m["scope"]),
+        subject_id=m["subject_id"],
+        organization_id=m["organization_id"],
+        source_agent_id=m["source_agent_id"],
+        chat_room_id=m["chat_room_id"],
+        metadata=m["metadata"] or {},
+        status=Status(m["status"]),
+        inserted_at=m["inserted_at"],
+        updated_at=m["updated_at"],
+    )
+
+
+def to_org(row: sa.Row[Any], prefix: str = "") -> Organization:
+    m = row._mapping
+    return Organization(
+        id=m[f"{prefix}id"], name=m[f"{prefix}name"], memory_enabled=m[f"{prefix}memory_enabled"]
+    )
+
+
+def to_user(row: sa.Row[Any], prefix: str = "") -> User:
+    m = row._mapping
+    return User(
+        id=m[f"{prefix}id"],
+        name=m[f"{prefix}name"],
+        email=m[f"{prefix}email"],
+        handle=m[f"{prefix}handle"],
+        organization_id=m[f"{prefix}organization_id"],
+        memory_enabled=m[f"{prefix}memory_enabled"],
+        inserted_at=m[f"{prefix}inserted_at"],
+        updated_at=m[f"{prefix}updated_at"],
+    )
+
+
+def to_agent(row: sa.Row[Any], prefix: str = "") -> Agent:
+    m = row._mapping
+    return Agent(
+        id=m[f"{prefix}id"],
+        name=m[f"{prefix}name"],
+        description=m[f"{prefix}description"],
+        owner_id=m[f"{prefix}owner_id"],
+        handle=m[f"{prefix}handle"],
+        inserted_at=m[f"{prefix}inserted_at"],
+        updated_at=m[f"{prefix}updated_at"],
+    )
+
+
+def labelled(table: sa.Table, prefix: str) -> list[sa.Label[Any]]:
+    """Every column of a table, labelled with a prefix, for joins that read several tables."""
+    return [column.label(f"{prefix}{column.name}") for column in table.c]
+
+
+USER_COLS = labelled(users, "u_")
+ORG_COLS = labelled(organizations, "o_")
+AGENT_COLS = labelled(agents, "a_")

@@ -1,0 +1,155 @@
+"""The tables, shared by every backend; Alembic migrations create them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """Aware UTC datetimes; SQLite keeps a fixed-width text that sorts in time order."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+PK = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+organizations = sa.Table(
+    "organizations",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("memory_enabled", sa.Boolean(), nullable=False, server_default=sa.true()),
+    sa.Column("inserted_at", UTCDateTime(), nullable=False),
+)
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("email", sa.String(320), nullable=False, unique=True),
+    sa.Column("handle", sa.String(100), nullable=False, unique=True),
+    sa.Column(
+        "organization_id",
+        sa.Uuid(),
+        sa.ForeignKey("organizations.id", ondelete="SET NULL"),
+        nullable=True,
+        index=True,
+    ),
+    sa.Column("memory_enabled", sa.Boolean(), nullable=False, server_default=sa.true()),
+    sa.Column("inserted_at", UTCDateTime(), nullable=False),
+    sa.Column("updated_at", UTCDateTime(), nullable=False),
+)
+
+agents = sa.Table(
+    "agents",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("description", sa.Text(), nullable=True),
+    sa.Column(
+        "owner_id", sa.Uuid(), sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True
+    ),
+    sa.Column("handle", sa.String(200), nullable=False, unique=True),
+    sa.Column("inserted_at", UTCDateTime(), nullable=False),
+    sa.Column("updated_at", UTCDateTime(), nullable=False),
+)
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("key_hash", sa.String(64), primary_key=True),
+    sa.Column("kind", sa.String(10), nullable=False),
+    sa.Column("principal_id", sa.Uuid(), nullable=False, index=True),
+    sa.Column("inserted_at", UTCDateTime(), nullable=False),
+    sa.Column("revoked_at", UTCDateTime(), nullable=True),
+)
+
+chat_rooms = sa.Table(
+    "chat_rooms",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("title", sa.String(300), nullable=True),
+    sa.Column("type", sa.String(20), nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("owner_type", sa.String(10), nullable=False),
+    sa.Column("owner_id", sa.Uuid(), nullable=False),
+    sa.Column("inserted_at", UTCDateTime(), nullable=False),
+    sa.Column("updated_at", UTCDateTime(), nullable=False),
+)
+
+chat_participants = sa.Table(
+    "chat_participants",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column(
+        "chat_room_id",
+        sa.Uuid(),
+        sa.ForeignKey("chat_rooms.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("participant_type", sa.String(10), nullable=False),
+    sa.Column("participant_id", sa.Uuid(), nullable=False),
+    sa.Column("role", sa.String(10), nullable=False),
+    sa.Column("inserted_at", UTCDateTime(), nullable=False),
+    sa.UniqueConstraint("chat_room_id", "participant_id"),
+    sa.Index("ix_chat_participants_member", "participant_id", "chat_room_id"),
+)
+
+memories = sa.Table(
+    "memories",
+    metadata,
+    sa.Column("pk", PK, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.Uuid(), nullable=False, unique=True),
+    sa.Column("content", sa.Text(), nullable=False),
+    sa.Column("thought", sa.Text(), nullable=True),
+    sa.Column("system", sa.String(16), nullable=False),
+    sa.Column("type", sa.String(16), nullable=False),
+    sa.Column("segment", sa.String(16), nullable=False),
+    sa.Column("scope", sa.String(16), nullable=False),
+    sa.Column("subject_id", sa.Uuid(), nullable=True),
+    sa.Column("organization_id", sa.Uuid(), nullable=True),
+    sa.Column("source_agent_id", sa.Uuid(), nullable=True),
+    sa.Column("chat_room_id", sa.Uuid(), nullable=True),
+    sa.Column("metadata", sa.JSON(), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("inserted_at", UTCDateTime(), nullable=False),
+    sa.Column("updated_at", UTCDateTime(), nullable=False),
+    sa.Index("ix_memories_agent_order", "source_agent_id", "inserted_at", "id"),
+    sa.Index("ix_memories_org_order", "organization_id", "scope", "inserted_at", "id"),
+    sa.Index("ix_memories_subject_order", "subject_id", "inserted_at", "id"),
+    sa.Index("ix_memories_room_order", "chat_room_id", "inserted_at", "id"),
+)
+
+server_secrets = sa.Table(
+    "server_secrets",
+    metadata,
+    sa.Column("name", sa.String(50), primary_key=True),
+    sa.Column("value", sa.LargeBinary(), nullable=False),
+)

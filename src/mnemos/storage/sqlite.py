@@ -1,0 +1,100 @@
+"""Embedded SQLite: WAL mode, reads in parallel, every write through one writer connection.
+
+Writes take `BEGIN IMMEDIATE` on a single pooled connection guarded by a lock, so writers in
+one process queue in Python instead of spinning on `SQLITE_BUSY`; writers in other processes
+wait on `busy_timeout`. Full-text search uses an external-content FTS5 table kept in step by
+triggers (see migration 0001).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.sql.dml import Insert
+
+from mnemos.domain.search import SearchQuery
+from mnemos.storage.schema import memories
+from mnemos.storage.sql import SqlStore
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+def fts5_query(search: SearchQuery) -> str:
+    """An FTS5 MATCH expression: every term quoted (so no operator survives), words as prefixes."""
+    terms = [f'"{word}"*' for word in search.words]
+    terms += ['"' + " ".join(phrase) + '"' for phrase in search.phrases]
+    return " ".join(terms)
+
+
+def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine:
+    engine = sa.create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_timeout=60,
+        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+    )
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql(begin)
+
+    return engine
+
+
+class SqliteStore(SqlStore):
+    """The embedded default."""
+
+    def __init__(self, url: str, *, pool_size: int = 8, synchronous: str = "FULL"):
+        path = make_url(url).database
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._write_lock = threading.Lock()
+        super().__init__(
+            read_engine=_engine(url, pool_size=pool_size, begin="BEGIN", synchronous=synchronous),
+            write_engine=_engine(
+                url, pool_size=1, begin="BEGIN IMMEDIATE", synchronous=synchronous
+            ),
+        )
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self._write_lock, super()._write() as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        # One snapshot per read: a deferred transaction, so a multi-statement read is consistent.
+        with self._guard(), self._read_engine.begin() as conn:
+            yield conn
+
+    def _search_clause(self, search: SearchQuery) -> sa.ColumnElement[bool]:
+        matches = sa.text("SELECT rowid FROM memories_fts WHERE memories_fts MATCH :fts").bindparams(
+            fts=fts5_query(search)
+        )
+        return memories.c.pk.in_(matches)
+
+    def _insert_ignore(self, table: sa.Table) -> Insert:
+        return sqlite_insert(table).on_conflict_do_nothing()
+
+    def integrity_check(self) -> str:
+        """SQLite's own verdict on the file ('ok' when sound)."""
+        with self._read() as conn:
+            return str(conn.exec_driver_sql("PRAGMA integrity_check").scalar_one())
