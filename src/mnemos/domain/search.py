@@ -1,14 +1,18 @@
 """Full-text queries: what a caller typed, reduced to words and phrases every backend can match.
 
-Semantics (the same on every backend): words match in any order and case-insensitively; each
-bare word matches as a prefix (`pref` finds "preferences"); text in double quotes is a phrase
+Semantics (the same on every backend): words match in any order, case- and accent-insensitively;
+each bare word matches as a prefix (`pref` finds "preferences"); text in double quotes is a phrase
 whose words must stand next to each other in that order. Everything that is not a letter or a
 digit separates words, so no operator syntax of the underlying engine can reach it.
+
+Both the stored text and the query go through `words_of`, so every backend indexes exactly the
+same words: storage indexes `index_text(content)`, never the raw content.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from mnemos.errors import invalid_field
@@ -30,8 +34,15 @@ class SearchQuery:
 
 
 def words_of(text: str) -> list[str]:
-    """The lower-cased words of a text, as the search index sees them."""
-    return _WORD.findall(text.casefold())
+    """The words of a text as the search index sees them: case-folded, accents removed."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    bare = "".join(char for char in decomposed if not unicodedata.combining(char))
+    return _WORD.findall(bare)
+
+
+def index_text(content: str) -> str:
+    """What the full-text index stores for a memory's content."""
+    return " ".join(words_of(content))
 
 
 def parse_search(text: str, max_chars: int, field: str = "content_query") -> SearchQuery:

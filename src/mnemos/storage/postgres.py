@@ -1,8 +1,8 @@
 """PostgreSQL, the production store: psycopg 3, a connection pool per process, tsvector search.
 
-Search matches the generated `memories.search` column (GIN-indexed), built with the `simple`
-configuration over the lower-cased content with every non-alphanumeric run replaced by a space,
-so words split exactly as `mnemos.domain.search.words_of` splits them on every backend.
+Search matches the generated `memories.search` column (GIN-indexed), the `simple` configuration
+over `search_text`, which holds the words `mnemos.domain.search.words_of` found in the content:
+both backends index exactly the same words.
 """
 
 from __future__ import annotations

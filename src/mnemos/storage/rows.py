@@ -17,15 +17,17 @@ from mnemos.domain.models import (
     System,
     User,
 )
+from mnemos.domain.search import index_text
 from mnemos.storage.schema import agents, memories, organizations, users
 
-MEMORY_COLUMNS = [column for column in memories.c if column.name != "pk"]
+MEMORY_COLUMNS = [column for column in memories.c if column.name not in ("pk", "search_text")]
 
 
 def memory_values(memory: Memory) -> dict[str, Any]:
     return {
         "id": memory.id,
         "content": memory.content,
+        "search_text": index_text(memory.content),
         "thought": memory.thought,
         "system": memory.system.value,
         "type": memory.type.value,

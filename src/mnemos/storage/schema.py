@@ -128,6 +128,7 @@ memories = sa.Table(
     sa.Column("pk", PK, primary_key=True, autoincrement=True),
     sa.Column("id", sa.Uuid(), nullable=False, unique=True),
     sa.Column("content", sa.Text(), nullable=False),
+    sa.Column("search_text", sa.Text(), nullable=False),
     sa.Column("thought", sa.Text(), nullable=True),
     sa.Column("system", sa.String(16), nullable=False),
     sa.Column("type", sa.String(16), nullable=False),

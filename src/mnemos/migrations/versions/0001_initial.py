@@ -107,6 +107,7 @@ def upgrade() -> None:
         sa.Column("pk", PK, primary_key=True, autoincrement=True),
         sa.Column("id", sa.Uuid(), nullable=False, unique=True),
         sa.Column("content", sa.Text(), nullable=False),
+        sa.Column("search_text", sa.Text(), nullable=False),
         sa.Column("thought", sa.Text(), nullable=True),
         sa.Column("system", sa.String(16), nullable=False),
         sa.Column("type", sa.String(16), nullable=False),
@@ -139,29 +140,28 @@ def _create_search_index() -> None:
     dialect = op.get_bind().dialect.name
     if dialect == "sqlite":
         op.execute(
-            "CREATE VIRTUAL TABLE memories_fts USING fts5(content, content='memories', "
-            "content_rowid='pk', tokenize='unicode61 remove_diacritics 2')"
+            "CREATE VIRTUAL TABLE memories_fts USING fts5(search_text, content='memories', "
+            "content_rowid='pk', tokenize='unicode61 remove_diacritics 0')"
         )
         op.execute(
             "CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN "
-            "INSERT INTO memories_fts(rowid, content) VALUES (new.pk, new.content); END"
+            "INSERT INTO memories_fts(rowid, search_text) VALUES (new.pk, new.search_text); END"
         )
         op.execute(
             "CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN "
-            "INSERT INTO memories_fts(memories_fts, rowid, content) "
-            "VALUES ('delete', old.pk, old.content); END"
+            "INSERT INTO memories_fts(memories_fts, rowid, search_text) "
+            "VALUES ('delete', old.pk, old.search_text); END"
         )
         op.execute(
-            "CREATE TRIGGER memories_fts_au AFTER UPDATE OF content ON memories BEGIN "
-            "INSERT INTO memories_fts(memories_fts, rowid, content) "
-            "VALUES ('delete', old.pk, old.content); "
-            "INSERT INTO memories_fts(rowid, content) VALUES (new.pk, new.content); END"
+            "CREATE TRIGGER memories_fts_au AFTER UPDATE OF search_text ON memories BEGIN "
+            "INSERT INTO memories_fts(memories_fts, rowid, search_text) "
+            "VALUES ('delete', old.pk, old.search_text); "
+            "INSERT INTO memories_fts(rowid, search_text) VALUES (new.pk, new.search_text); END"
         )
     elif dialect == "postgresql":
         op.execute(
             "ALTER TABLE memories ADD COLUMN search tsvector GENERATED ALWAYS AS "
-            "(to_tsvector('simple'::regconfig, "
-            "regexp_replace(lower(content), '[^[:alnum:]]+', ' ', 'g'))) STORED"
+            "(to_tsvector('simple'::regconfig, search_text)) STORED"
         )
         op.execute("CREATE INDEX ix_memories_search ON memories USING gin (search)")
     else:  # pragma: no cover - guarded by the storage factory

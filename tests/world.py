@@ -1,0 +1,62 @@
+"""Builds organizations, people and agents for tests through the same domain calls as the CLI."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from mnemos.domain import accounts
+from mnemos.storage.base import Store
+
+
+@dataclass
+class Actor:
+    id: str
+    api_key: str
+    organization_id: str | None
+    owner_id: str | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"X-API-Key": self.api_key}
+
+
+@dataclass
+class World:
+    store: Store
+    counter: int = 0
+    orgs: dict[str, str] = field(default_factory=dict)
+
+    def org(self, name: str) -> str:
+        if name not in self.orgs:
+            self.orgs[name] = str(accounts.create_organization(self.store, name).id)
+        return self.orgs[name]
+
+    def user(self, name: str, org: str | None = None) -> Actor:
+        self.counter += 1
+        org_id = self.org(org) if org else None
+        issued = accounts.create_user(
+            self.store,
+            name,
+            f"{name.lower()}{self.counter}@example.test",
+            uuid.UUID(org_id) if org_id else None,
+        )
+        return Actor(str(issued.user.id), issued.api_key, org_id)
+
+    def agent(self, owner: Actor, name: str = "Agent") -> Actor:
+        issued = accounts.create_agent(self.store, uuid.UUID(owner.id), name, None)
+        return Actor(str(issued.agent.id), issued.api_key, owner.organization_id, owner.id)
+
+
+def memory_body(content: str = "likes green tea", **fields: Any) -> dict[str, Any]:
+    """A valid store body; keyword arguments override or add fields."""
+    memory: dict[str, Any] = {
+        "content": content,
+        "system": "long_term",
+        "type": "semantic",
+        "segment": "user",
+        "thought": "worth remembering",
+    }
+    memory.update(fields)
+    return {"memory": memory}
