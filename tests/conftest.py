@@ -1,4 +1,4 @@
-"""Fixtures: one suite, run against every backend in MNEMOS_TEST_DATABASES.
+"""Fixtures: one suite, run against every backend.
 
 SQLite always runs (a fresh file per test, copied from a migrated template). PostgreSQL runs
 when `MNEMOS_TEST_POSTGRES_URL` names a database (CI creates a fresh one per run): it is
@@ -12,6 +12,9 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+# Imported up front: on CPython 3.11.7 the hypothesis plugin's late import at the end of a
+# run that used band-sdk fails with "AST constructor recursion depth mismatch".
+import hypothesis  # noqa: F401
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient

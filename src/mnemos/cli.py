@@ -8,13 +8,13 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import click
 
 from mnemos.config import Settings, load_settings
 from mnemos.domain import accounts
-from mnemos.errors import MnemosError
+from mnemos.errors import MnemosError, NotFound
 from mnemos.storage import migrate as run_migrations
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
@@ -156,11 +156,11 @@ def set_plan(
     if (org_id is None) == (user_id is None):
         raise click.UsageError("give exactly one of --org and --user")
     with _admin_store(database_url) as store:
-        kind = "organization" if org_id is not None else "user"
+        kind: Literal["organization", "user"] = "organization" if org_id else "user"
         target = org_id or user_id
         assert target is not None
         if not store.set_memory_enabled(kind, target, memory == "on"):
-            raise accounts.NotFound(f"No such {kind}", {kind: str(target)})
+            raise NotFound(f"No such {kind}", {kind: str(target)})
         _emit({"ok": True})
 
 

@@ -78,7 +78,11 @@ class InvalidPagination(MnemosError):
 
 
 class MemoryNotArchived(MnemosError):
-    status, code, default_message = 422, "memory_not_archived", "Only an archived memory can be restored"
+    status, code, default_message = (
+        422,
+        "memory_not_archived",
+        "Only an archived memory can be restored",
+    )
 
 
 class Conflict(MnemosError):

@@ -49,7 +49,9 @@ def acme(world: World) -> dict[str, Actor]:
     }
 
 
-def test_store_returns_the_memory_and_defaults_scope(client: TestClient, acme: dict[str, Actor]) -> None:
+def test_store_returns_the_memory_and_defaults_scope(
+    client: TestClient, acme: dict[str, Actor]
+) -> None:
     a1 = acme["a1"]
     private = store(client, a1, "private note", metadata={"tags": ["x"]})
     assert private["scope"] == "agent"
@@ -69,7 +71,11 @@ def test_store_returns_the_memory_and_defaults_scope(client: TestClient, acme: d
     ("fields", "code", "detail"),
     [
         ({"scope": "subject"}, "subject_id_required", None),
-        ({"scope": "agent", "subject_id": str(uuid.uuid4())}, "subject_id_requires_subject_scope", None),
+        (
+            {"scope": "agent", "subject_id": str(uuid.uuid4())},
+            "subject_id_requires_subject_scope",
+            None,
+        ),
         ({"system": "sensory", "type": "semantic"}, "invalid_memory_type", "valid_types"),
         ({"system": "cosmic"}, "validation_failed", "memory.system"),
         ({"type": "dream"}, "validation_failed", "memory.type"),
@@ -85,7 +91,11 @@ def test_store_returns_the_memory_and_defaults_scope(client: TestClient, acme: d
     ],
 )
 def test_store_refusals(
-    client: TestClient, acme: dict[str, Actor], fields: dict[str, Any], code: str, detail: str | None
+    client: TestClient,
+    acme: dict[str, Actor],
+    fields: dict[str, Any],
+    code: str,
+    detail: str | None,
 ) -> None:
     response = client.post(BASE, json=memory_body(**fields), headers=acme["a1"].headers)
     body = error(response, 422, code)
@@ -96,8 +106,14 @@ def test_store_refusals(
 
 def test_missing_fields_and_bad_json(client: TestClient, acme: dict[str, Actor]) -> None:
     headers = {**acme["a1"].headers, "content-type": "application/json"}
-    body = error(client.post(BASE, json={"memory": {"content": "x"}}, headers=headers), 422, "validation_failed")
-    assert {"memory.system", "memory.type", "memory.segment", "memory.thought"} <= set(body["details"])
+    body = error(
+        client.post(BASE, json={"memory": {"content": "x"}}, headers=headers),
+        422,
+        "validation_failed",
+    )
+    assert {"memory.system", "memory.type", "memory.segment", "memory.thought"} <= set(
+        body["details"]
+    )
     error(client.post(BASE, content=b"{not json", headers=headers), 422, "validation_failed")
     error(client.post(BASE, content=b"[]", headers=headers), 422, "validation_failed")
 
@@ -113,7 +129,11 @@ def test_org_scope_needs_an_organization(client: TestClient, acme: dict[str, Act
         422,
         "org_scope_requires_organization",
     )
-    error(client.get(BASE, params={"memory_scope": "org"}, headers=lone.headers), 422, "org_scope_requires_organization")
+    error(
+        client.get(BASE, params={"memory_scope": "org"}, headers=lone.headers),
+        422,
+        "org_scope_requires_organization",
+    )
     subject = store(client, lone, "lonely subject", subject_id=acme["ann"].id)
     assert subject["organization_id"] is None
 
@@ -142,12 +162,23 @@ def test_list_table_of_design(client: TestClient, acme: dict[str, Actor]) -> Non
     ]
     assert listed(client, a1, memory_scope="org", scope="agent") == ["a1 private"]
     assert listed(client, a1, memory_scope="org", scope="all") == [
-        "a2 org", "a1 about ann", "a1 org", "a1 private"
+        "a2 org",
+        "a1 about ann",
+        "a1 org",
+        "a1 private",
     ]
     assert listed(client, a1, memory_scope="org", scope="all", subject_id=bob.id) == [
-        "a2 about bob", "a2 org", "a1 about ann", "a1 org", "a1 private"
+        "a2 about bob",
+        "a2 org",
+        "a1 about ann",
+        "a1 org",
+        "a1 private",
     ]
-    error(client.get(BASE, params={"memory_scope": "org", "scope": "subject"}, headers=a1.headers), 422, "subject_id_required")
+    error(
+        client.get(BASE, params={"memory_scope": "org", "scope": "subject"}, headers=a1.headers),
+        422,
+        "subject_id_required",
+    )
     assert listed(client, acme["other"], memory_scope="org", scope="all") == ["globex org"]
 
 
@@ -161,7 +192,9 @@ def test_filters_narrow(client: TestClient, acme: dict[str, Actor]) -> None:
     assert listed(client, a1, type="episodic") == ["episode"]
     assert listed(client, a1, system="working", segment="tool") == []
     for name in ("system", "type", "segment", "status", "scope", "memory_scope", "subject_id"):
-        body = error(client.get(BASE, params={name: "bogus"}, headers=a1.headers), 422, "validation_failed")
+        body = error(
+            client.get(BASE, params={name: "bogus"}, headers=a1.headers), 422, "validation_failed"
+        )
         assert name in body["details"]
 
 
@@ -190,7 +223,9 @@ def test_read_one_hides_what_is_not_visible(client: TestClient, acme: dict[str, 
     shared = store(client, acme["a1"], "shared", scope="organization")
     for reader in (acme["a2"], acme["other"], acme["lone"]):
         error(client.get(f"{BASE}/{secret['id']}", headers=reader.headers), 404, "not_found")
-        error(client.post(f"{BASE}/{secret['id']}/archive", headers=reader.headers), 404, "not_found")
+        error(
+            client.post(f"{BASE}/{secret['id']}/archive", headers=reader.headers), 404, "not_found"
+        )
     for reader in (acme["other"], acme["lone"]):
         error(client.get(f"{BASE}/{shared['id']}", headers=reader.headers), 404, "not_found")
     for bad in ("nope", "0", str(uuid.uuid4()), "%27%20OR%201=1"):

@@ -40,7 +40,11 @@ def test_cursor_pages_cover_everything_once_newest_first(client: TestClient, age
     assert [len(page) for page in pages] == [5, 5, 5, 5, 3]
     assert sum(pages, []) == list(reversed(contents))
     default = client.get(BASE, headers=agent.headers).json()
-    assert default["meta"] == {"has_more": True, "limit": 20, "next_cursor": default["meta"]["next_cursor"]}
+    assert default["meta"] == {
+        "has_more": True,
+        "limit": 20,
+        "next_cursor": default["meta"]["next_cursor"],
+    }
     assert len(default["data"]) == 20
 
 
@@ -100,8 +104,18 @@ def test_bad_pagination(client: TestClient, agent: Actor, params: dict[str, Any]
 def test_tampered_cursor(client: TestClient, agent: Actor) -> None:
     for i in range(3):
         store(client, agent, f"m{i}")
-    cursor = client.get(BASE, params={"limit": 1}, headers=agent.headers).json()["meta"]["next_cursor"]
+    cursor = client.get(BASE, params={"limit": 1}, headers=agent.headers).json()["meta"][
+        "next_cursor"
+    ]
     payload, signature = cursor.split(".")
     forged = payload[::-1] + "." + signature
-    error(client.get(BASE, params={"cursor": forged}, headers=agent.headers), 422, "invalid_pagination")
-    error(client.get(BASE, params={"cursor": cursor[:-4]}, headers=agent.headers), 422, "invalid_pagination")
+    error(
+        client.get(BASE, params={"cursor": forged}, headers=agent.headers),
+        422,
+        "invalid_pagination",
+    )
+    error(
+        client.get(BASE, params={"cursor": cursor[:-4]}, headers=agent.headers),
+        422,
+        "invalid_pagination",
+    )

@@ -46,7 +46,9 @@ def agent(client: TestClient, world: World) -> Actor:
         ("max* (attempt)", [1]),
     ],
 )
-def test_search_semantics(client: TestClient, agent: Actor, query: str, expected: list[int]) -> None:
+def test_search_semantics(
+    client: TestClient, agent: Actor, query: str, expected: list[int]
+) -> None:
     found = listed(client, agent, content_query=query)
     assert found == [TEXTS[i] for i in expected]
 
@@ -54,7 +56,9 @@ def test_search_semantics(client: TestClient, agent: Actor, query: str, expected
 def test_search_combines_with_scope_status_and_pages(client: TestClient, agent: Actor) -> None:
     assert listed(client, agent, content_query="green", memory_scope="org") == [TEXTS[4], TEXTS[3]]
     assert listed(client, agent, content_query="green", scope="agent") == []
-    body = client.get(BASE, params={"content_query": "green", "limit": 1}, headers=agent.headers).json()
+    body = client.get(
+        BASE, params={"content_query": "green", "limit": 1}, headers=agent.headers
+    ).json()
     assert [r["content"] for r in body["data"]] == [TEXTS[4]]
     rest = client.get(
         BASE,
@@ -65,7 +69,8 @@ def test_search_combines_with_scope_status_and_pages(client: TestClient, agent: 
     assert rest["meta"]["has_more"] is False
 
 
-def test_search_never_sees_other_tenants(client: TestClient, world: World, agent: Actor) -> None:
+@pytest.mark.usefixtures("agent")
+def test_search_never_sees_other_tenants(client: TestClient, world: World) -> None:
     outsider = world.agent(world.user("Oz", "elsewhere"))
     assert listed(client, outsider, content_query="green", memory_scope="org") == []
     assert listed(client, outsider, content_query="green") == []
@@ -73,12 +78,18 @@ def test_search_never_sees_other_tenants(client: TestClient, world: World, agent
 
 @pytest.mark.parametrize("query", ["", "***", '""', "&|!", "x" * 501])
 def test_unsearchable_queries_are_422(client: TestClient, agent: Actor, query: str) -> None:
-    body = error(client.get(BASE, params={"content_query": query}, headers=agent.headers), 422, "validation_failed")
+    body = error(
+        client.get(BASE, params={"content_query": query}, headers=agent.headers),
+        422,
+        "validation_failed",
+    )
     assert "content_query" in body["details"]
 
 
 def test_search_follows_status(client: TestClient, agent: Actor) -> None:
-    target = client.get(BASE, params={"content_query": "jitter"}, headers=agent.headers).json()["data"][0]
+    target = client.get(BASE, params={"content_query": "jitter"}, headers=agent.headers).json()[
+        "data"
+    ][0]
     client.post(f"{BASE}/{target['id']}/supersede", headers=agent.headers)
     assert listed(client, agent, content_query="jitter") == []
     assert listed(client, agent, content_query="jitter", status="superseded") == [TEXTS[2]]

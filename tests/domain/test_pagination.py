@@ -76,6 +76,9 @@ def test_out_of_range_or_mixed_is_invalid_pagination(given: dict[str, str]) -> N
 
 def test_offset_meta_counts_pages() -> None:
     assert offset_meta(OffsetPage(2, 20), 41) == {
-        "page": 2, "page_size": 20, "total_count": 41, "total_pages": 3
+        "page": 2,
+        "page_size": 20,
+        "total_count": 41,
+        "total_pages": 3,
     }
     assert offset_meta(OffsetPage(1, 20), 0)["total_pages"] == 0

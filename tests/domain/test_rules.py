@@ -34,9 +34,21 @@ def context(org: Organization | None = ORG) -> AgentContext:
 
 def memory(scope: Scope, source: uuid.UUID | None, org: uuid.UUID | None) -> Memory:
     return Memory(
-        uuid7(), "x", "t", System.LONG_TERM, MemoryType.SEMANTIC, Segment.USER, scope,
-        uuid.uuid4() if scope is Scope.SUBJECT else None, org, source, None, {},
-        Status.ACTIVE, NOW, NOW,
+        uuid7(),
+        "x",
+        "t",
+        System.LONG_TERM,
+        MemoryType.SEMANTIC,
+        Segment.USER,
+        scope,
+        uuid.uuid4() if scope is Scope.SUBJECT else None,
+        org,
+        source,
+        None,
+        {},
+        Status.ACTIVE,
+        NOW,
+        NOW,
     )
 
 

@@ -8,7 +8,13 @@ from mnemos.storage.sqlite import fts5_query
 
 def test_words_are_lowercased_and_split_on_anything_not_alphanumeric() -> None:
     assert words_of("Prefers SUV's, snake_case & e-mail!") == [
-        "prefers", "suv", "s", "snake", "case", "e", "mail"
+        "prefers",
+        "suv",
+        "s",
+        "snake",
+        "case",
+        "e",
+        "mail",
     ]
 
 
@@ -25,12 +31,12 @@ def test_unclosed_quote_runs_to_the_end_and_one_word_phrase_is_a_word() -> None:
 
 
 def test_operators_of_every_engine_are_only_separators() -> None:
-    query = parse_search('NEAR(a b) OR x* AND -y ^z col:w & !v | (u) <-> t:*', 500)
+    query = parse_search("NEAR(a b) OR x* AND -y ^z col:w & !v | (u) <-> t:*", 500)
     assert set(query.words) >= {"near", "or", "and", "x", "y", "z", "col", "w", "v", "u", "t"}
     assert all(word.isalnum() for word in query.words)
 
 
-@pytest.mark.parametrize("text", ["", "   ", '***', '"" ()', "&|!<->:*"])
+@pytest.mark.parametrize("text", ["", "   ", "***", '"" ()', "&|!<->:*"])
 def test_nothing_to_search_for_is_refused(text: str) -> None:
     with pytest.raises(ValidationFailed) as caught:
         parse_search(text, 500)

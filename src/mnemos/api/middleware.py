@@ -39,7 +39,9 @@ class RequestContextMiddleware:
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [h for h in message.get("headers", []) if h[0].lower() != REQUEST_ID_HEADER]
+                headers = [
+                    h for h in message.get("headers", []) if h[0].lower() != REQUEST_ID_HEADER
+                ]
                 headers.append((REQUEST_ID_HEADER, request_id.encode()))
                 message["headers"] = headers
             await send(message)

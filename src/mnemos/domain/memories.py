@@ -156,11 +156,14 @@ class MemoryService:
         self.store.insert_memory(memory)
         return memory
 
-    def agent_query(self, ctx: AgentContext, params: AgentListParams, filters: Filters) -> MemoryQuery:
+    def agent_query(
+        self, ctx: AgentContext, params: AgentListParams, filters: Filters
+    ) -> MemoryQuery:
         """What `GET /api/v1/agent/memories` returns, per DESIGN.md's table."""
         me = ctx.agent.id
         scope = None if params.scope in (None, "all") else Scope(params.scope)
         narrow_subject = params.subject_id
+        audiences: tuple[Audience, ...]
         if params.memory_scope == "me":
             audiences = (Audience(source_agent_id=me, scopes=(scope,) if scope else None),)
         else:

@@ -73,7 +73,9 @@ class CursorCodec:
         return _b64(digest[:18])
 
     def encode(self, position: Position) -> str:
-        body = json.dumps({"t": iso(position.inserted_at), "i": str(position.id)}, separators=(",", ":"))
+        body = json.dumps(
+            {"t": iso(position.inserted_at), "i": str(position.id)}, separators=(",", ":")
+        )
         payload = _b64(body.encode())
         return f"{payload}.{self._sign(payload)}"
 
@@ -96,7 +98,9 @@ def _bounded_int(name: str, raw: str | None, default: int, high: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidPagination(f"{name} must be an integer", details={name: "not an integer"}) from None
+        raise InvalidPagination(
+            f"{name} must be an integer", details={name: "not an integer"}
+        ) from None
     if not 1 <= value <= high:
         raise InvalidPagination(
             f"{name} must be between 1 and {high}", details={name: f"must be 1..{high}"}

@@ -12,7 +12,6 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import Insert
 
 from mnemos.domain.search import SearchQuery
-from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
 
 

@@ -31,8 +31,8 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:  # noqa: ARG002
+        if not isinstance(value, datetime):
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
@@ -74,7 +74,11 @@ agents = sa.Table(
     sa.Column("name", sa.String(200), nullable=False),
     sa.Column("description", sa.Text(), nullable=True),
     sa.Column(
-        "owner_id", sa.Uuid(), sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True
+        "owner_id",
+        sa.Uuid(),
+        sa.ForeignKey("users.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
     ),
     sa.Column("handle", sa.String(200), nullable=False, unique=True),
     sa.Column("inserted_at", UTCDateTime(), nullable=False),

@@ -104,7 +104,9 @@ class SqlStore(Store):
 
     def secret(self, name: str) -> bytes:
         with self._write() as conn:
-            conn.execute(self._insert_ignore(server_secrets).values(name=name, value=os.urandom(32)))
+            conn.execute(
+                self._insert_ignore(server_secrets).values(name=name, value=os.urandom(32))
+            )
             value = conn.execute(
                 sa.select(server_secrets.c.value).where(server_secrets.c.name == name)
             ).scalar_one()
@@ -116,7 +118,10 @@ class SqlStore(Store):
         with self._write() as conn:
             conn.execute(
                 organizations.insert().values(
-                    id=org.id, name=org.name, memory_enabled=org.memory_enabled, inserted_at=utcnow()
+                    id=org.id,
+                    name=org.name,
+                    memory_enabled=org.memory_enabled,
+                    inserted_at=utcnow(),
                 )
             )
 
@@ -130,7 +135,9 @@ class SqlStore(Store):
             with self._write() as conn:
                 conn.execute(users.insert().values(**user.__dict__))
         except sa.exc.IntegrityError as exc:
-            raise Conflict("A user with this email or handle exists", {"email": user.email}) from exc
+            raise Conflict(
+                "A user with this email or handle exists", {"email": user.email}
+            ) from exc
 
     def get_user(self, user_id: uuid.UUID) -> User | None:
         with self._read() as conn:
@@ -233,7 +240,9 @@ class SqlStore(Store):
     ) -> Memory | None:
         with self._write() as conn:
             conn.execute(
-                memories.update().where(M.id == memory_id).values(status=status.value, updated_at=now)
+                memories.update()
+                .where(M.id == memory_id)
+                .values(status=status.value, updated_at=now)
             )
             row = conn.execute(sa.select(*MEMORY_COLUMNS).where(M.id == memory_id)).first()
         return to_memory(row) if row else None

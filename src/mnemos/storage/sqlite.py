@@ -86,9 +86,9 @@ class SqliteStore(SqlStore):
             yield conn
 
     def _search_clause(self, search: SearchQuery) -> sa.ColumnElement[bool]:
-        matches = sa.text("SELECT rowid FROM memories_fts WHERE memories_fts MATCH :fts").bindparams(
-            fts=fts5_query(search)
-        )
+        matches = sa.text(
+            "SELECT rowid FROM memories_fts WHERE memories_fts MATCH :fts"
+        ).bindparams(fts=fts5_query(search))
         return memories.c.pk.in_(matches)
 
     def _insert_ignore(self, table: sa.Table) -> Insert:

@@ -1,0 +1,3 @@
+from mnemos.cli import main
+
+main()
