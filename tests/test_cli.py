@@ -53,12 +53,9 @@ def test_bootstrap_and_stored_state(tmp_path: Path) -> None:
         assert str(user_id_from_token(store, token)) == user["id"]
     finally:
         store.close()
-    raw = (
-        db.read_bytes() + (tmp_path / "cli.db-wal").read_bytes()
-        if (tmp_path / "cli.db-wal").exists()
-        else db.read_bytes()
-    )
-    assert agent["api_key"].encode() not in raw and user["api_key"].encode() not in raw
+    for path in tmp_path.glob("cli.db*"):
+        raw = path.read_bytes()
+        assert agent["api_key"].encode() not in raw and user["api_key"].encode() not in raw
 
 
 @pytest.mark.parametrize(
