@@ -27,6 +27,11 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(default=500, ge=1)
     sqlite_synchronous: str = "FULL"
     db_pool_size: int = Field(default=8, ge=1, le=200)
+    # An external identity provider whose JWTs people may present (RS256/ES256 only).
+    jwt_issuer: str = ""
+    jwt_audience: str = ""
+    jwks_url: str = ""
+    jwks_file: Path | None = None
 
     @field_validator("sqlite_synchronous")
     @classmethod

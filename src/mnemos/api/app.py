@@ -9,13 +9,16 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 
 from mnemos import __version__
-from mnemos.api import band_agent
+from mnemos.api import band_agent, band_human, chats
 from mnemos.api.deps import Services, services
 from mnemos.api.errors import install_error_handlers
 from mnemos.api.middleware import RequestContextMiddleware
 from mnemos.config import Settings, load_settings
+from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.pagination import CursorCodec
+from mnemos.domain.rooms import RoomService
+from mnemos.domain.tokens import TokenVerifier
 from mnemos.errors import StorageUnavailable
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
@@ -27,7 +30,14 @@ def build_services(settings: Settings, store: Store | None = None) -> Services:
     store = store or open_store(settings)
     codec = CursorCodec(store.secret(CURSOR_SECRET))
     memories = MemoryService(store, codec, max_content_chars=settings.max_content_chars)
-    return Services(settings=settings, store=store, memories=memories)
+    return Services(
+        settings=settings,
+        store=store,
+        memories=memories,
+        human=HumanMemoryService(memories),
+        rooms=RoomService(store),
+        tokens=TokenVerifier(settings, store),
+    )
 
 
 def create_app(settings: Settings | None = None, store: Store | None = None) -> FastAPI:
@@ -51,6 +61,9 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.include_router(band_agent.router)
+    app.include_router(band_human.router)
+    app.include_router(chats.agent_router)
+    app.include_router(chats.human_router)
 
     @app.get("/healthz", tags=["Operations"], summary="Health check")
     def healthz(svc: Services = Depends(services)) -> JSONResponse:

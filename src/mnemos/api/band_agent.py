@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
 from mnemos.api.deps import Services, agent_caller, services
+from mnemos.api.params import list_filters, page_request
 from mnemos.api.responses import data, errors, memory_page
 from mnemos.api.schemas import (
     AgentMeEnvelope,
@@ -19,34 +20,9 @@ from mnemos.api.schemas import (
 )
 from mnemos.domain.ids import parse_uuid
 from mnemos.domain.memories import AgentListParams
-from mnemos.domain.models import AgentContext, MemoryType, Segment, Status, System, parse_enum
-from mnemos.domain.pagination import parse_page
-from mnemos.domain.queries import Filters, status_filter
-from mnemos.domain.search import parse_search
+from mnemos.domain.models import AgentContext, Status
 
 router = APIRouter(prefix="/api/v1/agent", tags=["Agent API"])
-
-
-def list_filters(
-    svc: Services,
-    system: str | None,
-    type: str | None,
-    segment: str | None,
-    status: str | None,
-    content_query: str | None,
-) -> Filters:
-    """Parse the narrowing filters every memory list shares."""
-    return Filters(
-        statuses=status_filter(status),
-        system=parse_enum(System, system, "system") if system is not None else None,
-        type=parse_enum(MemoryType, type, "type") if type is not None else None,
-        segment=parse_enum(Segment, segment, "segment") if segment is not None else None,
-        search=(
-            parse_search(content_query, svc.settings.max_query_chars)
-            if content_query is not None
-            else None
-        ),
-    )
 
 
 @router.post(
@@ -89,13 +65,7 @@ def list_memories(
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """Lists memories accessible to the agent (`memory_scope` whose, `scope` which)."""
-    request = parse_page(
-        svc.memories.codec,
-        cursor=cursor,
-        limit=None if limit is None else str(limit),
-        page=None if page is None else str(page),
-        page_size=None if page_size is None else str(page_size),
-    )
+    request = page_request(svc, cursor, limit, page, page_size)
     params = AgentListParams(
         memory_scope=memory_scope,
         scope=scope,

@@ -8,9 +8,12 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from mnemos.config import Settings
-from mnemos.domain.accounts import hash_key, user_id_from_token
+from mnemos.domain.accounts import hash_key
+from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.models import AgentContext, UserContext
+from mnemos.domain.rooms import RoomService
+from mnemos.domain.tokens import TokenVerifier
 from mnemos.errors import Unauthorized
 from mnemos.storage.base import Store
 
@@ -20,6 +23,9 @@ class Services:
     settings: Settings
     store: Store
     memories: MemoryService
+    human: HumanMemoryService
+    rooms: RoomService
+    tokens: TokenVerifier
 
 
 def services(request: Request) -> Services:
@@ -53,7 +59,7 @@ def user_caller(
     if key:
         ctx = svc.store.user_by_key(hash_key(key))
     elif token is not None:
-        ctx = svc.store.user_context(user_id_from_token(svc.store, token.credentials))
+        ctx = svc.store.user_context(svc.tokens.user_id(token.credentials))
     else:
         raise Unauthorized("An X-API-Key or Bearer token is required")
     if ctx is None:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mnemos.domain.ids import iso
 from mnemos.domain.memories import MemoryDraft
-from mnemos.domain.models import Agent, Memory, MemoryType, Scope, Segment, System
+from mnemos.domain.models import Agent, Memory, MemoryType, Scope, Segment, System, User
 
 
 class ErrorBody(BaseModel):
@@ -145,4 +145,133 @@ def agent_json(agent: Agent, organization_id: uuid.UUID | None) -> dict[str, Any
         "feature_flags": {"ff_file_transfer": False, "ff_room_tasks": False, "ff_memories": True},
         "inserted_at": iso(agent.inserted_at),
         "updated_at": iso(agent.updated_at),
+    }
+
+
+class UserMemoryOut(MemoryOut):
+    subject_name: str | None
+    subject_type: str | None
+    source_agent_name: str | None
+    chat_room_title: str | None
+    chat_room_status: str | None
+    chat_room_type: str | None
+
+
+class UserMemoryEnvelope(BaseModel):
+    data: UserMemoryOut
+
+
+class UserMemoryList(BaseModel):
+    data: list[UserMemoryOut]
+    meta: PageMeta
+    metadata: PageMeta
+
+
+class ProfileOut(BaseModel):
+    id: str
+    name: str
+    email: str
+    handle: str
+    first_name: str | None
+    last_name: str | None
+    role: str
+    organization_id: str | None
+    listed_in_directory: bool
+    local_credential_required: bool
+
+
+class ProfileEnvelope(BaseModel):
+    data: ProfileOut
+
+
+class MyAgentOut(BaseModel):
+    id: str
+    name: str
+    description: str | None
+    slug: str
+    is_external: bool
+    inserted_at: str
+    updated_at: str
+
+
+class AgentListMeta(BaseModel):
+    available_filters: list[dict[str, str]]
+    sortable_fields: list[dict[str, str]]
+    has_more: bool
+    limit: int
+    next_cursor: str | None
+    total_count: int
+
+
+class MyAgentList(BaseModel):
+    data: list[MyAgentOut]
+    metadata: AgentListMeta
+
+
+class AgentRegister(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    description: str | None = Field(default=None, max_length=2000)
+
+
+class AgentRegisterRequest(BaseModel):
+    agent: AgentRegister
+
+
+class RegisteredAgent(BaseModel):
+    id: str
+    name: str
+    description: str | None
+    owner_id: str
+    inserted_at: str
+
+
+class AgentCredentials(BaseModel):
+    api_key: str
+
+
+class RegisteredEnvelopeData(BaseModel):
+    agent: RegisteredAgent
+    credentials: AgentCredentials
+
+
+class RegisteredEnvelope(BaseModel):
+    data: RegisteredEnvelopeData
+
+
+class DeletedAgent(BaseModel):
+    id: str
+    name: str
+    description: str | None
+    executions_deleted: int
+
+
+class DeletedAgentEnvelope(BaseModel):
+    data: DeletedAgent
+
+
+def my_agent_json(agent: Agent) -> dict[str, Any]:
+    return {
+        "id": str(agent.id),
+        "name": agent.name,
+        "description": agent.description,
+        "slug": agent.handle.split("/", 1)[-1],
+        "is_external": True,
+        "inserted_at": iso(agent.inserted_at),
+        "updated_at": iso(agent.updated_at),
+    }
+
+
+def profile_json(user: User) -> dict[str, Any]:
+    first, _, last = user.name.partition(" ")
+    return {
+        "id": str(user.id),
+        "name": user.name,
+        "email": user.email,
+        "handle": user.handle,
+        "first_name": first,
+        "last_name": last or None,
+        "role": "user",
+        "organization_id": _id(user.organization_id),
+        "listed_in_directory": False,
+        "local_credential_required": False,
     }

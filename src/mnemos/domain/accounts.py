@@ -150,3 +150,12 @@ def user_id_from_token(store: Store, token: str) -> uuid.UUID:
         return uuid.UUID(str(claims["sub"]))
     except (jwt.PyJWTError, ValueError):
         raise Unauthorized("Invalid or expired token") from None
+
+
+def delete_owned_agent(store: Store, owner_id: uuid.UUID, agent_id: uuid.UUID | None) -> Agent:
+    """Delete one of a person's agents (404 for anyone else's: existence is not leaked)."""
+    agent = store.get_agent(agent_id) if agent_id else None
+    if agent is None or agent.owner_id != owner_id:
+        raise NotFound("Agent not found")
+    store.delete_agent(agent.id)
+    return agent

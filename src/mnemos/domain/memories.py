@@ -135,6 +135,11 @@ class MemoryService:
             raise SubjectIdRequiresSubjectScope()
         if scope is Scope.ORGANIZATION and ctx.organization is None:
             raise OrgScopeRequiresOrganization()
+        if (
+            draft.chat_room_id is not None
+            and self.store.role_in(draft.chat_room_id, ctx.agent.id) is None
+        ):
+            raise invalid_field("chat_room_id", "the agent is not a participant of this room")
         now = utcnow()
         memory = Memory(
             id=uuid7(),

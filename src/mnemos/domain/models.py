@@ -140,3 +140,51 @@ class Memory:
     status: Status
     inserted_at: datetime
     updated_at: datetime
+
+
+class RoomType(StrEnum):
+    DIRECT = "direct"
+    GROUP = "group"
+    TASK = "task"
+
+
+class RoomStatus(StrEnum):
+    ACTIVE = "active"
+    ARCHIVED = "archived"
+    CLOSED = "closed"
+
+
+class Role(StrEnum):
+    OWNER = "owner"
+    ADMIN = "admin"
+    MEMBER = "member"
+
+
+class ParticipantType(StrEnum):
+    USER = "User"
+    AGENT = "Agent"
+
+
+@dataclass(frozen=True)
+class ChatRoom:
+    id: uuid.UUID
+    title: str | None
+    type: RoomType
+    status: RoomStatus
+    owner_type: ParticipantType
+    owner_id: uuid.UUID
+    inserted_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Participant:
+    """A member of a room, with the display fields of the person or agent behind it."""
+
+    chat_room_id: uuid.UUID
+    type: ParticipantType
+    id: uuid.UUID
+    role: Role
+    name: str
+    handle: str
+    description: str | None = None

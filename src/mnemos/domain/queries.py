@@ -22,6 +22,7 @@ class Audience:
     organization_id: uuid.UUID | None = None
     subject_id: uuid.UUID | None = None
     room_member_user_id: uuid.UUID | None = None
+    source_agent_owner_id: uuid.UUID | None = None
 
     def __post_init__(self) -> None:
         pinned = (
@@ -29,6 +30,7 @@ class Audience:
             self.organization_id,
             self.subject_id,
             self.room_member_user_id,
+            self.source_agent_owner_id,
         )
         if all(value is None for value in pinned):
             raise ValueError("an audience must pin an agent, organization, subject or room member")
@@ -45,6 +47,7 @@ class MemoryQuery:
     source_agent_id: uuid.UUID | None = None
     chat_room_id: uuid.UUID | None = None
     search: SearchQuery | None = None
+    memory_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Literal
 
 from mnemos.domain.models import (
     Agent,
     AgentContext,
+    ChatRoom,
     Memory,
     Organization,
+    Participant,
+    ParticipantType,
+    Role,
     Status,
     User,
     UserContext,
@@ -91,6 +95,55 @@ class Store(abc.ABC):
     def user_context(self, user_id: uuid.UUID) -> UserContext | None:
         """A person and their organization, by id (for JWT callers)."""
 
+    @abc.abstractmethod
+    def agents_of(self, owner_id: uuid.UUID) -> list[Agent]:
+        """The agents a person owns, oldest first."""
+
+    @abc.abstractmethod
+    def delete_agent(self, agent_id: uuid.UUID) -> None:
+        """Revoke the agent's keys, delete its agent-scoped memories and its room seats, keep its
+        other memories with `source_agent_id` null, and delete the agent: one transaction."""
+
+    @abc.abstractmethod
+    def users_by_ids(self, ids: Iterable[uuid.UUID]) -> list[User]: ...
+
+    @abc.abstractmethod
+    def agents_by_ids(self, ids: Iterable[uuid.UUID]) -> list[tuple[Agent, uuid.UUID | None]]:
+        """Agents with their owner's organization id, in one query."""
+
+    # --- rooms -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def create_room(self, room: ChatRoom) -> None:
+        """Create a room with its owner as the `owner` participant."""
+
+    @abc.abstractmethod
+    def get_room(self, room_id: uuid.UUID) -> ChatRoom | None: ...
+
+    @abc.abstractmethod
+    def rooms_by_ids(self, ids: list[uuid.UUID]) -> list[ChatRoom]: ...
+
+    @abc.abstractmethod
+    def rooms_of(self, member_id: uuid.UUID, limit: int, offset: int) -> tuple[list[ChatRoom], int]:
+        """A page of the rooms someone takes part in, newest first, and their total."""
+
+    @abc.abstractmethod
+    def member_rooms(self, member_id: uuid.UUID, room_ids: list[uuid.UUID]) -> set[uuid.UUID]: ...
+
+    @abc.abstractmethod
+    def role_in(self, room_id: uuid.UUID, member_id: uuid.UUID) -> Role | None: ...
+
+    @abc.abstractmethod
+    def add_participant(
+        self, room_id: uuid.UUID, kind: ParticipantType, member_id: uuid.UUID, role: Role
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def remove_participant(self, room_id: uuid.UUID, member_id: uuid.UUID) -> bool: ...
+
+    @abc.abstractmethod
+    def participants(self, room_id: uuid.UUID) -> list[Participant]: ...
+
     # --- memories --------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -121,3 +174,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def count_memories(self, query: MemoryQuery) -> int: ...
+
+    @abc.abstractmethod
+    def delete_memory(self, memory_id: uuid.UUID) -> bool:
+        """Delete a memory for good; False if it was not there."""

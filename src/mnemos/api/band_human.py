@@ -1,0 +1,200 @@
+"""Band's human API (`/api/v1/me/...`): people's view of memories, their profile and agents."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Query, Response
+from fastapi.responses import JSONResponse
+
+from mnemos.api.deps import Services, services, user_caller
+from mnemos.api.params import list_filters, page_request
+from mnemos.api.responses import data, errors, memory_page
+from mnemos.api.schemas import (
+    AgentRegisterRequest,
+    DeletedAgentEnvelope,
+    MyAgentList,
+    ProfileEnvelope,
+    RegisteredEnvelope,
+    UserMemoryEnvelope,
+    UserMemoryList,
+    memory_json,
+    my_agent_json,
+    profile_json,
+)
+from mnemos.domain import accounts
+from mnemos.domain.human import HumanListParams
+from mnemos.domain.ids import iso, parse_uuid, try_uuid
+from mnemos.domain.models import Memory, Status, UserContext
+
+router = APIRouter(prefix="/api/v1/me", tags=["Human API"])
+
+
+def _with_display(svc: Services, ctx: UserContext, items: list[Memory]) -> list[dict[str, object]]:
+    shown = svc.human.display_fields(ctx, items)
+    return [{**memory_json(m), **shown[m.id]} for m in items]
+
+
+@router.get(
+    "/memories",
+    response_model=UserMemoryList,
+    responses=errors(401, 403, 422),
+    summary="List memories for current user",
+)
+def list_memories(
+    cursor: str | None = Query(None, max_length=512),
+    limit: int | None = Query(None, description="1-100, default 20"),
+    page: int | None = Query(None, description="Deprecated offset page, from 1"),
+    page_size: int | None = Query(None, description="Deprecated page size, 1-50"),
+    scope: Literal["about_me", "organization", "room", "all"] = Query("all"),
+    chat_room_id: str | None = Query(None),
+    source_agent_id: str | None = Query(None),
+    system: str | None = Query(None),
+    type: str | None = Query(None),
+    segment: str | None = Query(None),
+    status: str | None = Query(None, description="active, superseded, archived or all"),
+    content_query: str | None = Query(None, description="Full-text search"),
+    ctx: UserContext = Depends(user_caller),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """Memories about you, of your organization, in your rooms, and private to your agents."""
+    request = page_request(svc, cursor, limit, page, page_size)
+    params = HumanListParams(
+        scope=scope,
+        chat_room_id=parse_uuid(chat_room_id, "chat_room_id") if chat_room_id else None,
+        source_agent_id=parse_uuid(source_agent_id, "source_agent_id") if source_agent_id else None,
+    )
+    filters = list_filters(svc, system, type, segment, status, content_query)
+    result = svc.human.list_page(ctx, params, filters, request)
+    return memory_page(result, _with_display(svc, ctx, result.items))
+
+
+def _one(svc: Services, ctx: UserContext, memory: Memory) -> JSONResponse:
+    return data(_with_display(svc, ctx, [memory])[0])
+
+
+@router.get(
+    "/memories/{id}",
+    response_model=UserMemoryEnvelope,
+    responses=errors(401, 403, 404),
+    summary="Get a memory",
+)
+def get_memory(
+    id: str, ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+) -> JSONResponse:
+    """A memory visible to you; 403 if it exists but is not."""
+    return _one(svc, ctx, svc.human.get(ctx, id))
+
+
+@router.delete(
+    "/memories/{id}", status_code=204, responses=errors(401, 403, 404), summary="Delete a memory"
+)
+def delete_memory(
+    id: str, ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+) -> Response:
+    """Deletes for good a memory about you, or one your agent made privately."""
+    svc.human.delete(ctx, id)
+    return Response(status_code=204)
+
+
+def _status_route(
+    path: str, status: Status, summary: str, doc: str, extra: tuple[int, ...] = ()
+) -> None:
+    def change(
+        id: str, ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+    ) -> JSONResponse:
+        return _one(svc, ctx, svc.human.set_status(ctx, id, status))
+
+    change.__doc__ = doc
+    router.post(
+        f"/memories/{{id}}/{path}",
+        response_model=UserMemoryEnvelope,
+        responses=errors(401, 403, 404, *extra),
+        summary=summary,
+        name=f"{path}_user_memory",
+    )(change)
+
+
+_status_route(
+    "supersede", Status.SUPERSEDED, "Supersede a memory", "Marks a memory about you outdated."
+)
+_status_route(
+    "archive", Status.ARCHIVED, "Archive a memory", "Hides a memory about you, keeping it."
+)
+_status_route(
+    "restore", Status.ACTIVE, "Restore a memory", "Brings an archived memory back.", (422,)
+)
+
+
+@router.get(
+    "/profile", response_model=ProfileEnvelope, responses=errors(401), summary="Get my profile"
+)
+def profile(ctx: UserContext = Depends(user_caller)) -> JSONResponse:
+    """Your profile."""
+    return data(profile_json(ctx.user))
+
+
+@router.get("/agents", response_model=MyAgentList, responses=errors(401), summary="List my agents")
+def list_agents(
+    ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+) -> JSONResponse:
+    """The agents you own, oldest first."""
+    mine = svc.store.agents_of(ctx.user.id)
+    meta = {
+        "available_filters": [],
+        "sortable_fields": [],
+        "has_more": False,
+        "limit": len(mine),
+        "next_cursor": None,
+        "total_count": len(mine),
+    }
+    return JSONResponse({"data": [my_agent_json(agent) for agent in mine], "metadata": meta})
+
+
+@router.post(
+    "/agents/register",
+    status_code=201,
+    response_model=RegisteredEnvelope,
+    responses=errors(401, 422),
+    summary="Register an agent",
+)
+def register_agent(
+    body: AgentRegisterRequest,
+    ctx: UserContext = Depends(user_caller),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """Creates an agent you own; its API key is shown only in this answer."""
+    issued = accounts.create_agent(svc.store, ctx.user.id, body.agent.name, body.agent.description)
+    agent = issued.agent
+    payload = {
+        "agent": {
+            "id": str(agent.id),
+            "name": agent.name,
+            "description": agent.description,
+            "owner_id": str(agent.owner_id),
+            "inserted_at": iso(agent.inserted_at),
+        },
+        "credentials": {"api_key": issued.api_key},
+    }
+    return data(payload, status=201)
+
+
+@router.delete(
+    "/agents/{id}",
+    response_model=DeletedAgentEnvelope,
+    responses=errors(401, 404),
+    summary="Delete an agent",
+)
+def delete_agent(
+    id: str, ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+) -> JSONResponse:
+    """Revokes the agent's key and deletes its private memories; its other memories stay."""
+    agent = accounts.delete_owned_agent(svc.store, ctx.user.id, try_uuid(id))
+    return data(
+        {
+            "id": str(agent.id),
+            "name": agent.name,
+            "description": agent.description,
+            "executions_deleted": 0,
+        }
+    )

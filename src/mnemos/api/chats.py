@@ -1,0 +1,142 @@
+"""Rooms, in Band's shapes, for agents (`/api/v1/agent/chats`) and people (`/api/v1/me/chats`).
+
+Only the subset that memory visibility needs: create, list, get, and manage participants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from mnemos.api.deps import Services, agent_caller, services, user_caller
+from mnemos.api.responses import data, errors
+from mnemos.domain.ids import iso
+from mnemos.domain.models import AgentContext, ChatRoom, Participant, Role, RoomType, UserContext
+from mnemos.domain.pagination import OffsetPage, offset_meta
+from mnemos.domain.people import Actor, actor_of
+
+
+class ChatCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    title: str | None = Field(default=None, max_length=300)
+    task_id: str | None = None
+    type: RoomType = RoomType.GROUP
+
+
+class ChatCreateRequest(BaseModel):
+    chat: ChatCreate
+
+
+class ParticipantIn(BaseModel):
+    participant_id: str = Field(max_length=64)
+    role: Role | None = None
+
+
+class ParticipantRequest(BaseModel):
+    participant: ParticipantIn
+
+
+def room_json(room: ChatRoom) -> dict[str, Any]:
+    return {
+        "id": str(room.id),
+        "title": room.title,
+        "type": room.type.value,
+        "status": room.status.value,
+        "task_id": None,
+        "inserted_at": iso(room.inserted_at),
+        "updated_at": iso(room.updated_at),
+    }
+
+
+def participant_json(p: Participant) -> dict[str, Any]:
+    return {
+        "id": str(p.id),
+        "type": p.type.value,
+        "role": p.role.value,
+        "name": p.name,
+        "handle": p.handle,
+        "description": p.description,
+        "status": "active",
+        "online": False,
+    }
+
+
+def _routes(router: APIRouter, caller: Callable[..., AgentContext | UserContext]) -> None:
+    """The same room endpoints for either kind of caller."""
+
+    def actor(ctx: AgentContext | UserContext = Depends(caller)) -> Actor:
+        return actor_of(ctx)
+
+    @router.post(
+        "/chats", status_code=201, responses=errors(401, 422), summary="Create a chat room"
+    )
+    def create(
+        body: ChatCreateRequest, me: Actor = Depends(actor), svc: Services = Depends(services)
+    ) -> JSONResponse:
+        """Creates a room with the caller as its owner."""
+        return data(room_json(svc.rooms.create(me, body.chat.title, body.chat.type)), status=201)
+
+    @router.get("/chats", responses=errors(401, 422), summary="List chat rooms")
+    def list_rooms(
+        page: int = Query(1, ge=1, le=1_000_000),
+        page_size: int = Query(20, ge=1, le=100),
+        me: Actor = Depends(actor),
+        svc: Services = Depends(services),
+    ) -> JSONResponse:
+        """The rooms the caller takes part in, newest first."""
+        rooms, total = svc.rooms.page(me, page, page_size)
+        meta = offset_meta(OffsetPage(page, page_size), total)
+        return JSONResponse({"data": [room_json(r) for r in rooms], "meta": meta, "metadata": meta})
+
+    @router.get("/chats/{id}", responses=errors(401, 404), summary="Get a chat room")
+    def get(id: str, me: Actor = Depends(actor), svc: Services = Depends(services)) -> JSONResponse:
+        """A room the caller takes part in."""
+        return data(room_json(svc.rooms.get(me, id)))
+
+    @router.get(
+        "/chats/{chat_id}/participants", responses=errors(401, 404), summary="List participants"
+    )
+    def participants(
+        chat_id: str, me: Actor = Depends(actor), svc: Services = Depends(services)
+    ) -> JSONResponse:
+        """Who takes part in a room."""
+        found = svc.rooms.participants(me, chat_id)
+        meta = {"has_more": False, "total_count": len(found)}
+        return JSONResponse({"data": [participant_json(p) for p in found], "metadata": meta})
+
+    @router.post(
+        "/chats/{chat_id}/participants",
+        status_code=201,
+        responses=errors(401, 403, 404, 409, 422),
+        summary="Add a participant",
+    )
+    def add(
+        chat_id: str,
+        body: ParticipantRequest,
+        me: Actor = Depends(actor),
+        svc: Services = Depends(services),
+    ) -> JSONResponse:
+        """Adds a person or agent the caller can see; the owner and admins may."""
+        added = svc.rooms.add(me, chat_id, body.participant.participant_id, body.participant.role)
+        return data(participant_json(added), status=201)
+
+    @router.delete(
+        "/chats/{chat_id}/participants/{id}",
+        responses=errors(401, 403, 404),
+        summary="Remove a participant",
+    )
+    def remove(
+        chat_id: str, id: str, me: Actor = Depends(actor), svc: Services = Depends(services)
+    ) -> JSONResponse:
+        """Removes a participant (the owner and admins may remove others; anyone may leave)."""
+        return data(participant_json(svc.rooms.remove(me, chat_id, id)))
+
+
+agent_router = APIRouter(prefix="/api/v1/agent", tags=["Agent API: rooms"])
+human_router = APIRouter(prefix="/api/v1/me", tags=["Human API: rooms"])
+_routes(agent_router, agent_caller)
+_routes(human_router, user_caller)

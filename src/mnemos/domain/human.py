@@ -1,0 +1,161 @@
+"""What people see of agents' memories, and what they may change (DESIGN.md, "Human API").
+
+A person sees (a) subject memories about them, (b) organization memories of their organization,
+(c) memories made in rooms they take part in by agents of their organization, except the
+agent-scoped ones of agents they don't own, and (d) the agent-scoped memories of their agents.
+They may delete, supersede, archive and restore (a) and (d).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from mnemos.domain.accounts import require_memory_plan
+from mnemos.domain.ids import try_uuid, utcnow
+from mnemos.domain.memories import MemoryPage, MemoryService
+from mnemos.domain.models import Memory, Scope, Status, UserContext
+from mnemos.domain.pagination import PageRequest
+from mnemos.domain.people import actor_of, sees_agent, sees_user
+from mnemos.domain.queries import Audience, Filters, MemoryQuery
+from mnemos.errors import Forbidden, MemoryNotArchived, NotFound
+
+HUMAN_SCOPES = ("about_me", "organization", "room", "all")
+
+
+@dataclass(frozen=True)
+class HumanListParams:
+    scope: str = "all"
+    chat_room_id: uuid.UUID | None = None
+    source_agent_id: uuid.UUID | None = None
+
+
+def human_audiences(ctx: UserContext, scope: str) -> tuple[Audience, ...]:
+    """The branches of (a)-(d) that a `scope` asks for."""
+    me, org = ctx.user.id, ctx.organization_id
+    about_me = Audience(subject_id=me, scopes=(Scope.SUBJECT,))
+    mine = Audience(source_agent_owner_id=me, scopes=(Scope.AGENT,))
+    shared = (Audience(organization_id=org, scopes=(Scope.ORGANIZATION,)),) if org else ()
+    in_rooms = (
+        (
+            Audience(
+                room_member_user_id=me,
+                organization_id=org,
+                scopes=(Scope.SUBJECT, Scope.ORGANIZATION),
+            ),
+        )
+        if org
+        else ()
+    )
+    if scope == "about_me":
+        return (about_me,)
+    if scope == "organization":
+        return shared
+    if scope == "room":
+        return (
+            *in_rooms,
+            Audience(room_member_user_id=me, source_agent_owner_id=me, scopes=(Scope.AGENT,)),
+        )
+    return (about_me, *shared, *in_rooms, mine)
+
+
+class HumanMemoryService:
+    """The human API's rules, over the shared memory service and store."""
+
+    def __init__(self, memories: MemoryService):
+        self.memories = memories
+        self.store = memories.store
+
+    def list_page(
+        self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
+    ) -> MemoryPage:
+        require_memory_plan(ctx.user, ctx.organization)
+        query = MemoryQuery(
+            audiences=human_audiences(ctx, params.scope),
+            statuses=filters.statuses,
+            system=filters.system,
+            type=filters.type,
+            segment=filters.segment,
+            search=filters.search,
+            chat_room_id=params.chat_room_id,
+            source_agent_id=params.source_agent_id,
+        )
+        return self.memories.page(query, request)
+
+    def visible(self, ctx: UserContext, memory: Memory) -> bool:
+        query = MemoryQuery(
+            audiences=human_audiences(ctx, "all"), statuses=tuple(Status), memory_id=memory.id
+        )
+        return self.store.count_memories(query) > 0
+
+    def get(self, ctx: UserContext, memory_id: str) -> Memory:
+        """A visible memory; 404 when there is none, 403 when it is not the caller's to see."""
+        require_memory_plan(ctx.user, ctx.organization)
+        ident = try_uuid(memory_id)
+        memory = self.store.get_memory(ident) if ident else None
+        if memory is None:
+            raise NotFound("Memory not found")
+        if not self.visible(ctx, memory):
+            raise Forbidden("This memory is not visible to you")
+        return memory
+
+    def _changeable(self, ctx: UserContext, memory_id: str) -> Memory:
+        """(a) a memory about the caller, or (d) an agent-scoped memory of one of their agents."""
+        memory = self.get(ctx, memory_id)
+        if memory.scope is Scope.SUBJECT and memory.subject_id == ctx.user.id:
+            return memory
+        if memory.scope is Scope.AGENT and memory.source_agent_id is not None:
+            agent = self.store.get_agent(memory.source_agent_id)
+            if agent is not None and agent.owner_id == ctx.user.id:
+                return memory
+        raise Forbidden("Only memories about you or made privately by your agents can be changed")
+
+    def delete(self, ctx: UserContext, memory_id: str) -> None:
+        memory = self._changeable(ctx, memory_id)
+        self.store.delete_memory(memory.id)
+
+    def set_status(self, ctx: UserContext, memory_id: str, status: Status) -> Memory:
+        memory = self._changeable(ctx, memory_id)
+        if status is Status.ACTIVE and memory.status is not Status.ARCHIVED:
+            raise MemoryNotArchived(details={"status": memory.status.value})
+        updated = self.store.set_memory_status(memory.id, status, utcnow())
+        if updated is None:
+            raise NotFound("Memory not found")
+        return updated
+
+    def display_fields(
+        self, ctx: UserContext, items: list[Memory]
+    ) -> dict[uuid.UUID, dict[str, Any]]:
+        """Names for a page's subjects, agents and rooms: three queries whatever the page size."""
+        actor = actor_of(ctx)
+        subject_ids = {m.subject_id for m in items if m.subject_id}
+        agent_ids = {m.source_agent_id for m in items if m.source_agent_id} | subject_ids
+        room_ids = list({m.chat_room_id for m in items if m.chat_room_id})
+        people = {u.id: u.name for u in self.store.users_by_ids(subject_ids) if sees_user(actor, u)}
+        bots = {
+            a.id: a.name
+            for a, org in self.store.agents_by_ids(agent_ids)
+            if sees_agent(actor, a, org)
+        }
+        member_of = self.store.member_rooms(ctx.user.id, room_ids)
+        rooms = {r.id: r for r in self.store.rooms_by_ids(list(member_of))}
+        fields: dict[uuid.UUID, dict[str, Any]] = {}
+        for m in items:
+            room = rooms.get(m.chat_room_id) if m.chat_room_id else None
+            subject_type = None
+            if m.subject_id in people:
+                subject_type = "user"
+            elif m.subject_id in bots:
+                subject_type = "agent"
+            fields[m.id] = {
+                "subject_name": people.get(m.subject_id) or bots.get(m.subject_id)
+                if m.subject_id
+                else None,
+                "subject_type": subject_type,
+                "source_agent_name": bots.get(m.source_agent_id) if m.source_agent_id else None,
+                "chat_room_title": room.title if room else None,
+                "chat_room_status": room.status.value if room else None,
+                "chat_room_type": room.type.value if room else None,
+            }
+        return fields

@@ -1,0 +1,190 @@
+"""Organizations, people, agents and keys in SQL."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from mnemos.domain.ids import utcnow
+from mnemos.domain.models import Agent, AgentContext, Organization, User, UserContext
+from mnemos.errors import Conflict
+from mnemos.storage.base import KeyKind
+from mnemos.storage.rows import AGENT_COLS, ORG_COLS, USER_COLS, to_agent, to_org, to_user
+from mnemos.storage.schema import (
+    agents,
+    api_keys,
+    chat_participants,
+    memories,
+    organizations,
+    users,
+)
+from mnemos.storage.sql_base import SqlBase
+
+
+class AccountsSql(SqlBase):
+    """Accounts part of the SQL store."""
+
+    def create_organization(self, org: Organization) -> None:
+        with self._write() as conn:
+            conn.execute(
+                organizations.insert().values(
+                    id=org.id,
+                    name=org.name,
+                    memory_enabled=org.memory_enabled,
+                    inserted_at=utcnow(),
+                )
+            )
+
+    def get_organization(self, org_id: uuid.UUID) -> Organization | None:
+        with self._read() as conn:
+            row = conn.execute(organizations.select().where(organizations.c.id == org_id)).first()
+        return to_org(row) if row else None
+
+    def create_user(self, user: User) -> None:
+        try:
+            with self._write() as conn:
+                conn.execute(users.insert().values(**user.__dict__))
+        except sa.exc.IntegrityError as exc:
+            raise Conflict(
+                "A user with this email or handle exists", {"email": user.email}
+            ) from exc
+
+    def get_user(self, user_id: uuid.UUID) -> User | None:
+        with self._read() as conn:
+            row = conn.execute(users.select().where(users.c.id == user_id)).first()
+        return to_user(row) if row else None
+
+    def set_memory_enabled(
+        self, kind: Literal["organization", "user"], entity_id: uuid.UUID, enabled: bool
+    ) -> bool:
+        table = organizations if kind == "organization" else users
+        with self._write() as conn:
+            result = conn.execute(
+                table.update().where(table.c.id == entity_id).values(memory_enabled=enabled)
+            )
+        return result.rowcount == 1
+
+    def create_agent(self, agent: Agent) -> None:
+        try:
+            with self._write() as conn:
+                conn.execute(agents.insert().values(**agent.__dict__))
+        except sa.exc.IntegrityError as exc:
+            raise Conflict("An agent with this handle exists", {"handle": agent.handle}) from exc
+
+    def get_agent(self, agent_id: uuid.UUID) -> Agent | None:
+        with self._read() as conn:
+            row = conn.execute(agents.select().where(agents.c.id == agent_id)).first()
+        return to_agent(row) if row else None
+
+    def add_api_key(self, key_hash: str, kind: KeyKind, principal_id: uuid.UUID) -> None:
+        with self._write() as conn:
+            conn.execute(
+                api_keys.insert().values(
+                    key_hash=key_hash, kind=kind, principal_id=principal_id, inserted_at=utcnow()
+                )
+            )
+
+    def _live_key(self, key_hash: str, kind: KeyKind) -> sa.ColumnElement[bool]:
+        return sa.and_(
+            api_keys.c.key_hash == key_hash,
+            api_keys.c.kind == kind,
+            api_keys.c.revoked_at.is_(None),
+        )
+
+    def agent_by_key(self, key_hash: str) -> AgentContext | None:
+        query = (
+            sa.select(*AGENT_COLS, *USER_COLS, *ORG_COLS)
+            .select_from(
+                api_keys.join(agents, agents.c.id == api_keys.c.principal_id)
+                .join(users, users.c.id == agents.c.owner_id)
+                .outerjoin(organizations, organizations.c.id == users.c.organization_id)
+            )
+            .where(self._live_key(key_hash, "agent"))
+        )
+        with self._read() as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            return None
+        org = to_org(row, "o_") if row._mapping["o_id"] is not None else None
+        return AgentContext(to_agent(row, "a_"), to_user(row, "u_"), org)
+
+    def _user_context(self, where: sa.ColumnElement[bool], *joins: Any) -> UserContext | None:
+        source: Any = users
+        for table, on in joins:
+            source = source.join(table, on)
+        query = (
+            sa.select(*USER_COLS, *ORG_COLS)
+            .select_from(
+                source.outerjoin(organizations, organizations.c.id == users.c.organization_id)
+            )
+            .where(where)
+        )
+        with self._read() as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            return None
+        org = to_org(row, "o_") if row._mapping["o_id"] is not None else None
+        return UserContext(to_user(row, "u_"), org)
+
+    def user_by_key(self, key_hash: str) -> UserContext | None:
+        return self._user_context(
+            self._live_key(key_hash, "user"), (api_keys, api_keys.c.principal_id == users.c.id)
+        )
+
+    def user_context(self, user_id: uuid.UUID) -> UserContext | None:
+        return self._user_context(users.c.id == user_id)
+
+    # --- memories --------------------------------------------------------------------------
+
+    def agents_of(self, owner_id: uuid.UUID) -> list[Agent]:
+        query = agents.select().where(agents.c.owner_id == owner_id).order_by(agents.c.inserted_at)
+        with self._read() as conn:
+            return [to_agent(row) for row in conn.execute(query)]
+
+    def delete_agent(self, agent_id: uuid.UUID) -> None:
+        now = utcnow()
+        with self._write() as conn:
+            conn.execute(
+                api_keys.update()
+                .where(api_keys.c.principal_id == agent_id, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=now)
+            )
+            conn.execute(
+                memories.delete().where(
+                    memories.c.source_agent_id == agent_id, memories.c.scope == "agent"
+                )
+            )
+            conn.execute(
+                memories.update()
+                .where(memories.c.source_agent_id == agent_id)
+                .values(source_agent_id=None)
+            )
+            conn.execute(
+                chat_participants.delete().where(chat_participants.c.participant_id == agent_id)
+            )
+            conn.execute(agents.delete().where(agents.c.id == agent_id))
+
+    def users_by_ids(self, ids: Iterable[uuid.UUID]) -> list[User]:
+        wanted = list(set(ids))
+        if not wanted:
+            return []
+        with self._read() as conn:
+            return [
+                to_user(row) for row in conn.execute(users.select().where(users.c.id.in_(wanted)))
+            ]
+
+    def agents_by_ids(self, ids: Iterable[uuid.UUID]) -> list[tuple[Agent, uuid.UUID | None]]:
+        wanted = list(set(ids))
+        if not wanted:
+            return []
+        query = (
+            sa.select(*AGENT_COLS, users.c.organization_id.label("owner_org"))
+            .select_from(agents.join(users, users.c.id == agents.c.owner_id))
+            .where(agents.c.id.in_(wanted))
+        )
+        with self._read() as conn:
+            rows: list[sa.Row[Any]] = list(conn.execute(query))
+        return [(to_agent(row, "a_"), row._mapping["owner_org"]) for row in rows]

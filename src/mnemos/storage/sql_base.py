@@ -1,0 +1,73 @@
+"""Connections and dialect hooks shared by every SQL store module."""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql.dml import Insert
+
+from mnemos.domain.search import SearchQuery
+from mnemos.errors import StorageUnavailable
+from mnemos.storage.schema import server_secrets
+
+
+class SqlBase(abc.ABC):
+    """Engines, transactions and the few places where backends differ."""
+
+    def __init__(self, read_engine: Engine, write_engine: Engine):
+        self._read_engine = read_engine
+        self._write_engine = write_engine
+
+    # --- dialect hooks ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _search_clause(self, search: SearchQuery) -> sa.ColumnElement[bool]:
+        """A condition on `memories` that holds when the row's content matches `search`."""
+
+    @abc.abstractmethod
+    def _insert_ignore(self, table: sa.Table) -> Insert:
+        """An INSERT that does nothing when the primary key already exists."""
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self._guard(), self._read_engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self._guard(), self._write_engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except sa.exc.OperationalError as exc:
+            raise StorageUnavailable(details={"reason": str(exc.orig)[:200]}) from exc
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        with self._read() as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    def close(self) -> None:
+        self._read_engine.dispose()
+        self._write_engine.dispose()
+
+    def secret(self, name: str) -> bytes:
+        with self._write() as conn:
+            conn.execute(
+                self._insert_ignore(server_secrets).values(name=name, value=os.urandom(32))
+            )
+            value = conn.execute(
+                sa.select(server_secrets.c.value).where(server_secrets.c.name == name)
+            ).scalar_one()
+        return bytes(value)
+
+    # --- accounts --------------------------------------------------------------------------
