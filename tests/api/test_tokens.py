@@ -1,0 +1,91 @@
+"""People's bearer tokens: Mnemos-issued and from an external identity provider (JWKS)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from fastapi.testclient import TestClient
+
+from mnemos.api.app import create_app
+from mnemos.config import Settings
+from mnemos.domain.accounts import JWT_SECRET_NAME, issue_token
+from mnemos.storage.base import Store
+from tests.api.test_band_agent import error
+from tests.world import World
+
+ME = "/api/v1/me/profile"
+ISSUER, AUDIENCE = "https://idp.example.test/", "mnemos-test"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_mnemos_issued_tokens(client: TestClient, world: World, store: Store) -> None:
+    ann = world.user("Ann", "acme")
+    token = issue_token(store, uuid.UUID(ann.id), 60)
+    assert client.get(ME, headers=bearer(token)).json()["data"]["id"] == ann.id
+    secret = store.secret(JWT_SECRET_NAME)
+    now = int(time.time())
+    good = {"sub": ann.id, "iss": "mnemos", "aud": "mnemos", "iat": now, "exp": now + 60}
+    forged = {
+        "expired": jwt.encode({**good, "exp": now - 10}, secret, algorithm="HS256"),
+        "wrong audience": jwt.encode({**good, "aud": "other"}, secret, algorithm="HS256"),
+        "wrong secret": jwt.encode(good, b"x" * 32, algorithm="HS256"),
+        "alg none": jwt.encode(good, None, algorithm="none"),
+        "no exp": jwt.encode(
+            {k: v for k, v in good.items() if k != "exp"}, secret, algorithm="HS256"
+        ),
+        "unknown user": jwt.encode({**good, "sub": str(uuid.uuid4())}, secret, algorithm="HS256"),
+        "truncated": token[:-5],
+    }
+    for name, bad in forged.items():
+        assert client.get(ME, headers=bearer(bad)).status_code == 401, name
+    error(client.get(ME, headers=bearer(forged["alg none"])), 401, "unauthorized")
+
+
+@pytest.fixture
+def idp(tmp_path: Path) -> dict[str, Any]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwk.update({"kid": "k1", "use": "sig", "alg": "RS256"})
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [jwk]}))
+    return {"key": key, "path": path}
+
+
+def test_external_identity_provider(
+    settings: Settings, store: Store, world: World, idp: dict[str, Any]
+) -> None:
+    configured = settings.model_copy(
+        update={"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwks_file": idp["path"]}
+    )
+    ann = world.user("Ann", "acme")
+    now = int(time.time())
+    claims = {"sub": ann.id, "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 60}
+
+    def sign(payload: dict[str, Any], key: Any = idp["key"], alg: str = "RS256") -> str:
+        return jwt.encode(payload, key, algorithm=alg, headers={"kid": "k1"})
+
+    other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with TestClient(create_app(configured, store)) as client:
+        assert client.get(ME, headers=bearer(sign(claims))).json()["data"]["id"] == ann.id
+        refused = {
+            "expired": sign({**claims, "exp": now - 5}),
+            "wrong audience": sign({**claims, "aud": "someone-else"}),
+            "wrong signature": sign(claims, other_key),
+            "alg none": jwt.encode(claims, None, algorithm="none", headers={"kid": "k1"}),
+            "hs256 with the public key as secret": jwt.encode(claims, b"k" * 32, algorithm="HS256"),
+            "not a user id": sign({**claims, "sub": "ann@example.test"}),
+        }
+        for name, token in refused.items():
+            response = client.get(ME, headers=bearer(token))
+            assert response.status_code == 401, name
+            assert response.json()["error"]["code"] == "unauthorized"
