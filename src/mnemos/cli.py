@@ -14,6 +14,7 @@ import click
 
 from mnemos.config import Settings, load_settings
 from mnemos.domain import accounts
+from mnemos.domain.tuya_auth import new_project_credentials
 from mnemos.errors import MnemosError, NotFound
 from mnemos.storage import migrate as run_migrations
 from mnemos.storage import open_store
@@ -171,3 +172,31 @@ def create_token(user_id: uuid.UUID, ttl: int, database_url: str | None) -> None
     """Issue a JWT for a person, accepted as `Authorization: Bearer`."""
     with _admin_store(database_url) as store:
         _emit({"token": accounts.issue_token(store, user_id, ttl)})
+
+
+@_admin_command
+@click.option("--org", "org_id", callback=_uuid, required=True)
+def create_tuya_project(org_id: uuid.UUID, database_url: str | None) -> None:
+    """Create Tuya cloud credentials for an organization (the secret is shown once)."""
+    with _admin_store(database_url) as store:
+        if store.get_organization(org_id) is None:
+            raise NotFound("No such organization", {"org": str(org_id)})
+        client_id, secret = new_project_credentials()
+        store.create_tuya_project(client_id, secret, org_id)
+        _emit({"client_id": client_id, "client_secret": secret})
+
+
+@_admin_command
+@click.option("--org", "org_id", callback=_uuid, required=True)
+@click.option("--role-id", required=True, help="Tuya role id, as devices send it")
+@click.option("--agent", "agent_id", callback=_uuid, required=True)
+def bind_tuya_role(
+    org_id: uuid.UUID, role_id: str, agent_id: uuid.UUID, database_url: str | None
+) -> None:
+    """Bind a Tuya role id to an agent of the organization."""
+    with _admin_store(database_url) as store:
+        found = store.agents_by_ids([agent_id])
+        if not found or found[0][1] != org_id:
+            raise NotFound("No such agent in this organization", {"agent": str(agent_id)})
+        store.bind_tuya_role(org_id, role_id, agent_id)
+        _emit({"ok": True})

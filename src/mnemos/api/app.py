@@ -9,7 +9,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 
 from mnemos import __version__
-from mnemos.api import band_agent, band_human, chats
+from mnemos.api import band_agent, band_human, chats, superagent, tuya
 from mnemos.api.deps import Services, services
 from mnemos.api.errors import install_error_handlers
 from mnemos.api.middleware import RequestContextMiddleware
@@ -64,6 +64,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.include_router(band_human.router)
     app.include_router(chats.agent_router)
     app.include_router(chats.human_router)
+    app.include_router(tuya.router)
+    app.include_router(superagent.router)
 
     @app.get("/healthz", tags=["Operations"], summary="Health check")
     def healthz(svc: Services = Depends(services)) -> JSONResponse:

@@ -23,6 +23,7 @@ class Audience:
     subject_id: uuid.UUID | None = None
     room_member_user_id: uuid.UUID | None = None
     source_agent_owner_id: uuid.UUID | None = None
+    without_subject: bool = False
 
     def __post_init__(self) -> None:
         pinned = (

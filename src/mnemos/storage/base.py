@@ -178,3 +178,54 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete_memory(self, memory_id: uuid.UUID) -> bool:
         """Delete a memory for good; False if it was not there."""
+
+    @abc.abstractmethod
+    def delete_memories(self, memory_ids: list[uuid.UUID]) -> int:
+        """Delete memories for good; how many were there."""
+
+    @abc.abstractmethod
+    def replace_memories(
+        self, new: list[Memory], superseded: list[uuid.UUID], now: datetime
+    ) -> None:
+        """In one transaction: mark `superseded` (if still active) superseded, insert `new`."""
+
+    # --- Tuya ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def create_tuya_project(
+        self, client_id: str, secret: str, organization_id: uuid.UUID
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def tuya_project(self, client_id: str) -> tuple[str, uuid.UUID] | None:
+        """`(client_secret, organization_id)` of a project."""
+
+    @abc.abstractmethod
+    def save_tuya_tokens(
+        self,
+        client_id: str,
+        pair_id: uuid.UUID,
+        tokens: dict[str, tuple[str, datetime]],
+        replaces: uuid.UUID | None = None,
+    ) -> None:
+        """Store an access/refresh pair (as hashes), dropping the pair it replaces."""
+
+    @abc.abstractmethod
+    def tuya_token(self, token_hash: str, kind: str) -> tuple[str, uuid.UUID, datetime] | None: ...
+
+    @abc.abstractmethod
+    def tuya_device(self, device_id: str) -> tuple[uuid.UUID, uuid.UUID] | None: ...
+
+    @abc.abstractmethod
+    def claim_tuya_device(
+        self, device_id: str, organization_id: uuid.UUID
+    ) -> tuple[uuid.UUID, uuid.UUID]:
+        """`(organization_id, subject_id)`: the first organization to write a device owns it."""
+
+    @abc.abstractmethod
+    def bind_tuya_role(
+        self, organization_id: uuid.UUID, role_id: str, agent_id: uuid.UUID
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def tuya_role_agent(self, organization_id: uuid.UUID, role_id: str) -> uuid.UUID | None: ...

@@ -158,3 +158,47 @@ server_secrets = sa.Table(
     sa.Column("name", sa.String(50), primary_key=True),
     sa.Column("value", sa.LargeBinary(), nullable=False),
 )
+
+tuya_projects = sa.Table(
+    "tuya_projects",
+    metadata,
+    sa.Column("client_id", sa.String(64), primary_key=True),
+    # An HMAC key, so it must be kept readable: the server recomputes every request's signature.
+    sa.Column("client_secret", sa.String(128), nullable=False),
+    sa.Column(
+        "organization_id",
+        sa.Uuid(),
+        sa.ForeignKey("organizations.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("inserted_at", UTCDateTime(), nullable=False),
+)
+
+tuya_tokens = sa.Table(
+    "tuya_tokens",
+    metadata,
+    sa.Column("token_hash", sa.String(64), primary_key=True),
+    sa.Column("kind", sa.String(10), nullable=False),
+    sa.Column("pair_id", sa.Uuid(), nullable=False, index=True),
+    sa.Column("client_id", sa.String(64), nullable=False),
+    sa.Column("expires_at", UTCDateTime(), nullable=False),
+)
+
+tuya_devices = sa.Table(
+    "tuya_devices",
+    metadata,
+    sa.Column("device_id", sa.String(64), primary_key=True),
+    sa.Column("organization_id", sa.Uuid(), nullable=False),
+    sa.Column("subject_id", sa.Uuid(), nullable=False, unique=True),
+    sa.Column("inserted_at", UTCDateTime(), nullable=False),
+)
+
+tuya_roles = sa.Table(
+    "tuya_roles",
+    metadata,
+    sa.Column("organization_id", sa.Uuid(), primary_key=True),
+    sa.Column("role_id", sa.String(64), primary_key=True),
+    sa.Column(
+        "agent_id", sa.Uuid(), sa.ForeignKey("agents.id", ondelete="CASCADE"), nullable=False
+    ),
+)

@@ -21,11 +21,12 @@ from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
 from mnemos.storage.schema import UTCDateTime, agents, chat_participants, memories
 from mnemos.storage.sql_accounts import AccountsSql
 from mnemos.storage.sql_rooms import RoomsSql
+from mnemos.storage.sql_tuya import TuyaSql
 
 M = memories.c
 
 
-class SqlStore(AccountsSql, RoomsSql, Store):
+class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
     """A `Store` over SQLAlchemy Core; subclasses supply the dialect's differences."""
 
     def insert_memory(self, memory: Memory) -> None:
@@ -50,8 +51,26 @@ class SqlStore(AccountsSql, RoomsSql, Store):
         return to_memory(row) if row else None
 
     def delete_memory(self, memory_id: uuid.UUID) -> bool:
+        return self.delete_memories([memory_id]) == 1
+
+    def delete_memories(self, memory_ids: list[uuid.UUID]) -> int:
+        if not memory_ids:
+            return 0
         with self._write() as conn:
-            return conn.execute(memories.delete().where(M.id == memory_id)).rowcount == 1
+            return int(conn.execute(memories.delete().where(M.id.in_(memory_ids))).rowcount)
+
+    def replace_memories(
+        self, new: list[Memory], superseded: list[uuid.UUID], now: datetime
+    ) -> None:
+        with self._write() as conn:
+            if superseded:
+                conn.execute(
+                    memories.update()
+                    .where(M.id.in_(superseded), M.status == Status.ACTIVE.value)
+                    .values(status=Status.SUPERSEDED.value, updated_at=now)
+                )
+            if new:
+                conn.execute(memories.insert(), [memory_values(m) for m in new])
 
     def _audience(self, audience: Audience) -> sa.ColumnElement[bool]:
         parts: list[sa.ColumnElement[bool]] = []
@@ -73,6 +92,8 @@ class SqlStore(AccountsSql, RoomsSql, Store):
                 agents.c.owner_id == audience.source_agent_owner_id
             )
             parts.append(M.source_agent_id.in_(owned))
+        if audience.without_subject:
+            parts.append(M.subject_id.is_(None))
         return sa.and_(*parts)
 
     def _filters(self, query: MemoryQuery) -> list[sa.ColumnElement[bool]]:

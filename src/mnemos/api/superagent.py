@@ -1,0 +1,92 @@
+"""Base44 Superagent's memory API (`/api/agents/{agent_id}/memory`), for people only."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials
+from pydantic import BaseModel
+
+from mnemos.api.deps import Services, bearer, services
+from mnemos.api.responses import errors
+from mnemos.domain.accounts import hash_key
+from mnemos.domain.ids import iso
+from mnemos.domain.models import UserContext
+from mnemos.domain.superagent import SuperagentMemories, is_user_memory
+from mnemos.errors import Unauthorized
+
+router = APIRouter(prefix="/api/agents", tags=["Superagent memories"])
+personal_key = APIKeyHeader(name="api_key", auto_error=False, scheme_name="PersonalApiKey")
+
+
+class SuperagentMemory(BaseModel):
+    id: str
+    content: str
+    scope: str
+    user_id: str | None
+    conversation_id: str | None
+    created_date: str
+    updated_date: str
+
+
+def person(
+    key: str | None = Depends(personal_key),
+    token: HTTPAuthorizationCredentials | None = Depends(bearer),
+    svc: Services = Depends(services),
+) -> UserContext:
+    """A person's key (`api_key` header) or token (`Authorization: Bearer`); never an agent's."""
+    ctx: UserContext | None = None
+    if key:
+        ctx = svc.store.user_by_key(hash_key(key))
+    elif token is not None:
+        secret = token.credentials
+        ctx = svc.store.user_by_key(hash_key(secret)) if secret.startswith("mn_") else None
+        if ctx is None and not secret.startswith("mn_"):
+            ctx = svc.store.user_context(svc.tokens.user_id(secret))
+    if ctx is None:
+        raise Unauthorized("A personal API key or token is required")
+    return ctx
+
+
+@router.get(
+    "/{agent_id}/memory",
+    response_model=list[SuperagentMemory],
+    responses=errors(401, 403, 404),
+    summary="List Superagent memories",
+)
+def list_memory(
+    agent_id: str, ctx: UserContext = Depends(person), svc: Services = Depends(services)
+) -> JSONResponse:
+    """The agent's global memories and your own user memories: the 200 most recent, newest first."""
+    rows = SuperagentMemories(svc.store).recent(ctx, agent_id)
+    return JSONResponse(
+        [
+            {
+                "id": str(m.id),
+                "content": m.content,
+                "scope": "user" if is_user_memory(ctx, m) else "global",
+                "user_id": str(ctx.user.id) if is_user_memory(ctx, m) else None,
+                "conversation_id": str(m.chat_room_id) if m.chat_room_id else None,
+                "created_date": iso(m.inserted_at),
+                "updated_date": iso(m.updated_at),
+            }
+            for m in rows
+        ]
+    )
+
+
+@router.delete(
+    "/{agent_id}/memory/{memory_id}",
+    status_code=204,
+    responses=errors(401, 403, 404),
+    summary="Delete a Superagent memory",
+)
+def delete_memory(
+    agent_id: str,
+    memory_id: str,
+    ctx: UserContext = Depends(person),
+    svc: Services = Depends(services),
+) -> Response:
+    """Deletes one of your own user memories; global memories are refused (403)."""
+    SuperagentMemories(svc.store).delete(ctx, agent_id, memory_id)
+    return Response(status_code=204)

@@ -1,0 +1,202 @@
+"""Tuya's AI-agent device memory API, with Tuya's signatures and envelope.
+
+Every answer is HTTP 200 (the official connector cannot read any other):
+`{"success": true, "result": ..., "t": ms, "tid": "..."}` or
+`{"success": false, "code": int, "msg": "...", "t": ms, "tid": "..."}`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+from mnemos.api.deps import Services, services
+from mnemos.domain.tuya import TuyaMemories
+from mnemos.domain.tuya_auth import SignedRequest, TuyaAuth, TuyaCaller, TuyaError, param_illegal
+from mnemos.errors import MnemosError, StorageUnavailable
+
+DEVICE = "/v1.0/cloud/agent/ai/chat/b/devices/{device_id}"
+
+
+def envelope(
+    request: Request, result: Any = None, code: int | None = None, msg: str = ""
+) -> JSONResponse:
+    body: dict[str, Any] = {"success": code is None, "t": int(time.time() * 1000)}
+    if code is None:
+        body["result"] = result
+    else:
+        body.update(code=code, msg=msg)
+    body["tid"] = getattr(request.state, "request_id", "") or uuid.uuid4().hex
+    return JSONResponse(body)
+
+
+class TuyaRoute(APIRoute):
+    """Renders every refusal in Tuya's envelope, with HTTP 200."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        original = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            try:
+                return await original(request)
+            except TuyaError as exc:
+                return envelope(request, code=exc.tuya_code, msg=exc.message)
+            except RequestValidationError as exc:
+                names = ",".join(str(err.get("loc", ["", "?"])[-1]) for err in exc.errors())
+                return envelope(request, code=1109, msg=f"param is illegal: {names}")
+            except StorageUnavailable as exc:
+                return envelope(request, code=1001, msg=exc.message)
+            except MnemosError as exc:
+                return envelope(request, code=1109, msg=exc.message)
+
+        return handler
+
+
+router = APIRouter(tags=["Tuya device memories"], route_class=TuyaRoute)
+
+
+def tuya(svc: Services) -> tuple[TuyaAuth, TuyaMemories]:
+    return TuyaAuth(svc.store), TuyaMemories(svc.store)
+
+
+async def signed(request: Request) -> SignedRequest:
+    return SignedRequest(
+        method=request.method,
+        path=request.url.path,
+        query=request.query_params.multi_items(),
+        body=await request.body(),
+        headers={key.lower(): value for key, value in request.headers.items()},
+    )
+
+
+async def caller(
+    request: SignedRequest = Depends(signed), svc: Services = Depends(services)
+) -> TuyaCaller:
+    return await run_in_threadpool(TuyaAuth(svc.store).caller, request)
+
+
+def _flag(value: str | None) -> bool:
+    if value is None or value.lower() in ("false", "0", ""):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise param_illegal("clear_all_memory", "must be true or false")
+
+
+@router.get("/v1.0/token", summary="Get an access token")
+def token(
+    request: Request,
+    grant_type: str | None = Query(None),
+    signature: SignedRequest = Depends(signed),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """`grant_type=1`: an access and a refresh token for a correctly signed project."""
+    return envelope(request, tuya(svc)[0].grant(signature, grant_type))
+
+
+@router.get("/v1.0/token/{refresh_token}", summary="Refresh an access token")
+def refresh(
+    request: Request,
+    refresh_token: str,
+    signature: SignedRequest = Depends(signed),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """A new token pair; the old pair stops working."""
+    return envelope(request, tuya(svc)[0].refresh(signature, refresh_token))
+
+
+@router.get(f"{DEVICE}/memories", summary="Query memory list")
+def list_memories(
+    request: Request,
+    device_id: str,
+    bind_role_type: str | None = Query(None),
+    role_id: str | None = Query(None),
+    who: TuyaCaller = Depends(caller),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """The device's memories for a role, grouped by effective scope."""
+    memories = tuya(svc)[1]
+    binding = memories.binding(who, bind_role_type, role_id)
+    return envelope(request, memories.list_groups(who, device_id, binding))
+
+
+@router.post(f"{DEVICE}/memories", summary="Write memories (Mnemos extension)")
+async def write_memories(
+    request: Request,
+    device_id: str,
+    who: TuyaCaller = Depends(caller),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """Write `memory_list` entries; a key that holds an active value is superseded."""
+    try:
+        body = await request.json()
+    except ValueError:
+        raise param_illegal("body", "must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise param_illegal("body", "must be a JSON object")
+    memories = tuya(svc)[1]
+
+    def run() -> None:
+        binding = memories.binding(who, body.get("bind_role_type"), body.get("role_id"))
+        memories.write(
+            who, device_id, binding, memories.parse_entries(binding, body.get("memory_list"))
+        )
+
+    await run_in_threadpool(run)
+    return envelope(request, True)
+
+
+@router.delete(f"{DEVICE}/memories", summary="Delete memories")
+def delete_memories(
+    request: Request,
+    device_id: str,
+    bind_role_type: str | None = Query(None),
+    role_id: str | None = Query(None),
+    clear_all_memory: str | None = Query(None),
+    memory_keys: str | None = Query(None),
+    who: TuyaCaller = Depends(caller),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """Delete keys (at most 20, comma-separated) or, with `clear_all_memory`, everything."""
+    memories = tuya(svc)[1]
+    binding = memories.binding(who, bind_role_type, role_id)
+    clear_all = _flag(clear_all_memory)
+    memories.delete(who, device_id, binding, memories.parse_keys(memory_keys, clear_all), clear_all)
+    return envelope(request, True)
+
+
+@router.get(f"{DEVICE}/memory/switch", summary="Memory switch")
+def memory_switch(
+    request: Request,
+    device_id: str,
+    who: TuyaCaller = Depends(caller),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """Whether memory is on for this project's organization."""
+    TuyaMemories.device(device_id)
+    return envelope(request, tuya(svc)[1].switch(who))
+
+
+@router.delete(f"{DEVICE}/chat-context", summary="Clear chat context")
+def clear_context(
+    request: Request,
+    device_id: str,
+    bind_role_type: str | None = Query(None),
+    role_id: str | None = Query(None),
+    who: TuyaCaller = Depends(caller),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """Mnemos keeps no device chat context, so there is nothing to clear; parameters are checked."""
+    memories = tuya(svc)[1]
+    TuyaMemories.device(device_id)
+    if bind_role_type is not None:
+        memories.binding(who, bind_role_type, role_id)
+    return envelope(request, True)

@@ -1,0 +1,280 @@
+"""Tuya device memories over the shared memory store (DESIGN.md, "Tuya device memories").
+
+A device is a subject of the organization whose project first wrote it. A role is an agent of
+that organization (`role_id` is the agent's id, or a role bound to an agent with
+`mnemos admin bind-tuya-role`); `bind_role_type` 2 means no role. Scope 1 ("Global memory") is
+a subject memory about the device, shared by every role of the organization; scope 3 ("Role's
+memory") is an agent-scoped memory of the role's agent that also records the device. Writing a
+key that holds an active value in the same scope supersedes it, keeping it as history.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from mnemos.domain.ids import try_uuid, utcnow, uuid7
+from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.queries import Audience, MemoryQuery
+from mnemos.domain.tuya_auth import (
+    TuyaCaller,
+    TuyaError,
+    param_empty,
+    param_illegal,
+    permission_deny,
+)
+from mnemos.storage.base import Store
+
+GLOBAL, ROLE = 1, 3
+SCOPE_NAMES = {GLOBAL: "Global memory", ROLE: "Role's memory"}
+MAX_KEYS = 20
+MAX_WRITE = 50
+MAX_VALUE = 10_000
+DEVICE_ID = re.compile(r"^[A-Za-z0-9_.*-]{1,64}$")
+MEMORY_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+LIST_CAP = 10_000
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Which scopes a call reaches: the device's global memory, and the role's if it has one."""
+
+    bind_role_type: int
+    agent_id: uuid.UUID | None
+
+    @property
+    def scopes(self) -> tuple[int, ...]:
+        return (GLOBAL, ROLE) if self.agent_id else (GLOBAL,)
+
+
+@dataclass(frozen=True)
+class Entry:
+    memory_key: str
+    memory_name: str
+    memory_value: str
+    effective_scope: int
+
+
+class TuyaMemories:
+    def __init__(self, store: Store):
+        self.store = store
+
+    # --- parameters --------------------------------------------------------------------
+
+    @staticmethod
+    def device(device_id: str) -> str:
+        if not DEVICE_ID.match(device_id):
+            raise param_illegal("device_id", "must be 1-64 letters, digits or ._-*")
+        return device_id
+
+    def binding(self, caller: TuyaCaller, bind_role_type: Any, role_id: Any) -> Binding:
+        if bind_role_type is None or bind_role_type == "":
+            raise param_empty("bind_role_type")
+        try:
+            kind = int(bind_role_type)
+        except (TypeError, ValueError):
+            raise param_illegal("bind_role_type", "must be 0, 1 or 2") from None
+        if kind not in (0, 1, 2):
+            raise param_illegal("bind_role_type", "must be 0, 1 or 2")
+        if kind == 2:
+            return Binding(kind, None)
+        if role_id is None or str(role_id) == "":
+            raise param_empty("role_id")
+        return Binding(kind, self._role_agent(caller, str(role_id)))
+
+    def _role_agent(self, caller: TuyaCaller, role_id: str) -> uuid.UUID:
+        org = caller.organization_id
+        bound = self.store.tuya_role_agent(org, role_id)
+        if bound is not None:
+            return bound
+        ident = try_uuid(role_id)
+        if ident is not None:
+            for agent, owner_org in self.store.agents_by_ids([ident]):
+                if owner_org == org:
+                    return agent.id
+        raise param_illegal("role_id", "is not a role of this project")
+
+    def _subject(self, caller: TuyaCaller, device_id: str, claim: bool) -> uuid.UUID | None:
+        found = self.store.tuya_device(device_id)
+        if found is None and claim:
+            found = self.store.claim_tuya_device(device_id, caller.organization_id)
+        if found is None:
+            return None
+        owner, subject = found
+        if owner != caller.organization_id:
+            raise permission_deny("the device belongs to another organization")
+        return subject
+
+    def _require_plan(self, caller: TuyaCaller) -> None:
+        org = self.store.get_organization(caller.organization_id)
+        if org is None or not org.memory_enabled:
+            raise permission_deny("memory is not enabled for this organization")
+
+    # --- reads -------------------------------------------------------------------------
+
+    def _current(self, caller: TuyaCaller, subject: uuid.UUID, binding: Binding) -> list[Memory]:
+        query = MemoryQuery(audiences=_audiences(caller, subject, binding))
+        rows = self.store.list_memories(query, limit=LIST_CAP)
+        return [m for m in rows if _tuya_meta(m) is not None]
+
+    def list_groups(
+        self, caller: TuyaCaller, device_id: str, binding: Binding
+    ) -> list[dict[str, Any]]:
+        self._require_plan(caller)
+        subject = self._subject(caller, self.device(device_id), claim=False)
+        if subject is None:
+            return []
+        groups: dict[int, list[dict[str, Any]]] = {}
+        for memory in reversed(self._current(caller, subject, binding)):  # oldest first
+            meta = _tuya_meta(memory)
+            assert meta is not None
+            scope = meta["effective_scope"]
+            groups.setdefault(scope, []).append(
+                {
+                    "memory_key": meta["memory_key"],
+                    "memory_name": meta["memory_name"],
+                    "memory_value": memory.content,
+                    "effective_scope": scope,
+                    "effective_scope_name": SCOPE_NAMES[scope],
+                }
+            )
+        return [
+            {
+                "effective_scope": scope,
+                "effective_scope_name": SCOPE_NAMES[scope],
+                "memory_list": groups[scope],
+            }
+            for scope in sorted(groups, reverse=True)
+        ]
+
+    # --- writes ------------------------------------------------------------------------
+
+    def parse_entries(self, binding: Binding, raw: Any) -> list[Entry]:
+        if raw is None or raw == []:
+            raise param_empty("memory_list")
+        if not isinstance(raw, list) or len(raw) > MAX_WRITE:
+            raise param_illegal("memory_list", f"must be a list of at most {MAX_WRITE} items")
+        entries: list[Entry] = []
+        for item in raw:
+            if not isinstance(item, dict):
+                raise param_illegal("memory_list", "items must be objects")
+            key, value = item.get("memory_key"), item.get("memory_value")
+            name, scope = item.get("memory_name") or key, item.get("effective_scope", GLOBAL)
+            if not isinstance(key, str) or not MEMORY_KEY.match(key):
+                raise param_illegal("memory_key", "must be 1-100 letters, digits or ._:-")
+            if not isinstance(value, str) or not value.strip() or len(value) > MAX_VALUE:
+                raise param_illegal("memory_value", f"must be 1-{MAX_VALUE} characters")
+            if not isinstance(name, str) or len(name) > 200:
+                raise param_illegal("memory_name", "must be at most 200 characters")
+            if scope not in binding.scopes:
+                raise param_illegal("effective_scope", f"must be one of {list(binding.scopes)}")
+            entries.append(Entry(key, name, value, scope))
+        return entries
+
+    def write(
+        self, caller: TuyaCaller, device_id: str, binding: Binding, entries: list[Entry]
+    ) -> None:
+        self._require_plan(caller)
+        subject = self._subject(caller, self.device(device_id), claim=True)
+        assert subject is not None
+        current = {
+            (_tuya_meta(m) or {}).get("slot"): m.id for m in self._current(caller, subject, binding)
+        }
+        now = utcnow()
+        new: list[Memory] = []
+        replaced: list[uuid.UUID] = []
+        for entry in entries:
+            slot = f"{entry.effective_scope}:{entry.memory_key}"
+            if slot in current:
+                replaced.append(current.pop(slot))
+            role = entry.effective_scope == ROLE
+            new.append(
+                Memory(
+                    id=uuid7(),
+                    content=entry.memory_value,
+                    thought=f"Tuya device memory {entry.memory_key}",
+                    system=System.LONG_TERM,
+                    type=MemoryType.SEMANTIC,
+                    segment=Segment.USER,
+                    scope=Scope.AGENT if role else Scope.SUBJECT,
+                    subject_id=subject,
+                    organization_id=None if role else caller.organization_id,
+                    source_agent_id=binding.agent_id,
+                    chat_room_id=None,
+                    metadata={
+                        "tuya": {
+                            "device_id": device_id,
+                            "memory_key": entry.memory_key,
+                            "memory_name": entry.memory_name,
+                            "effective_scope": entry.effective_scope,
+                            "slot": slot,
+                        }
+                    },
+                    status=Status.ACTIVE,
+                    inserted_at=now,
+                    updated_at=now,
+                )
+            )
+        self.store.replace_memories(new, replaced, now)
+
+    def delete(
+        self,
+        caller: TuyaCaller,
+        device_id: str,
+        binding: Binding,
+        keys: list[str] | None,
+        clear_all: bool,
+    ) -> None:
+        """Delete every version of the named keys (or all keys) in the scopes the call reaches."""
+        self._require_plan(caller)
+        subject = self._subject(caller, self.device(device_id), claim=False)
+        if subject is None:
+            return
+        query = MemoryQuery(audiences=_audiences(caller, subject, binding), statuses=tuple(Status))
+        every = self.store.list_memories(query, limit=LIST_CAP)
+        doomed = [
+            m.id
+            for m in every
+            if (meta := _tuya_meta(m)) is not None
+            and (clear_all or meta["memory_key"] in (keys or []))
+        ]
+        self.store.delete_memories(doomed)
+
+    @staticmethod
+    def parse_keys(raw: str | None, clear_all: bool) -> list[str] | None:
+        if clear_all:
+            return None
+        if not raw:
+            raise param_empty("memory_keys")
+        keys = [key.strip() for key in raw.split(",") if key.strip()]
+        if not keys:
+            raise param_empty("memory_keys")
+        if len(keys) > MAX_KEYS:
+            raise param_illegal("memory_keys", f"at most {MAX_KEYS} keys")
+        return keys
+
+    def switch(self, caller: TuyaCaller) -> dict[str, bool]:
+        org = self.store.get_organization(caller.organization_id)
+        return {"memory_open": bool(org and org.memory_enabled), "summary_open": False}
+
+
+def _audiences(caller: TuyaCaller, subject: uuid.UUID, binding: Binding) -> tuple[Audience, ...]:
+    shared = Audience(
+        organization_id=caller.organization_id, scopes=(Scope.SUBJECT,), subject_id=subject
+    )
+    if binding.agent_id is None:
+        return (shared,)
+    return (
+        shared,
+        Audience(source_agent_id=binding.agent_id, scopes=(Scope.AGENT,), subject_id=subject),
+    )
+
+
+def _tuya_meta(memory: Memory) -> dict[str, Any] | None:
+    meta = memory.metadata.get("tuya") if isinstance(memory.metadata, dict) else None
+    return meta if isinstance(meta, dict) and meta.get("effective_scope") in SCOPE_NAMES else None
+
+
+__all__ = ["Binding", "Entry", "TuyaError", "TuyaMemories"]

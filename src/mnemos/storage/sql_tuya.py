@@ -1,0 +1,119 @@
+"""Tuya projects, tokens, devices and role bindings in SQL."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from mnemos.domain.ids import utcnow
+from mnemos.storage.schema import tuya_devices, tuya_projects, tuya_roles, tuya_tokens
+from mnemos.storage.sql_base import SqlBase
+
+T = tuya_tokens.c
+
+
+class TuyaSql(SqlBase):
+    """Tuya part of the SQL store."""
+
+    def create_tuya_project(self, client_id: str, secret: str, organization_id: uuid.UUID) -> None:
+        with self._write() as conn:
+            conn.execute(
+                tuya_projects.insert().values(
+                    client_id=client_id,
+                    client_secret=secret,
+                    organization_id=organization_id,
+                    inserted_at=utcnow(),
+                )
+            )
+
+    def tuya_project(self, client_id: str) -> tuple[str, uuid.UUID] | None:
+        query = sa.select(tuya_projects.c.client_secret, tuya_projects.c.organization_id).where(
+            tuya_projects.c.client_id == client_id
+        )
+        with self._read() as conn:
+            row = conn.execute(query).first()
+        return (row[0], row[1]) if row else None
+
+    def save_tuya_tokens(
+        self,
+        client_id: str,
+        pair_id: uuid.UUID,
+        tokens: dict[str, tuple[str, datetime]],
+        replaces: uuid.UUID | None = None,
+    ) -> None:
+        """Store a pair of token hashes (`{"access": (hash, expiry), "refresh": ...}`)."""
+        with self._write() as conn:
+            if replaces is not None:
+                conn.execute(tuya_tokens.delete().where(T.pair_id == replaces))
+            conn.execute(tuya_tokens.delete().where(T.expires_at < utcnow()))
+            for kind, (token_hash, expires_at) in tokens.items():
+                conn.execute(
+                    tuya_tokens.insert().values(
+                        token_hash=token_hash,
+                        kind=kind,
+                        pair_id=pair_id,
+                        client_id=client_id,
+                        expires_at=expires_at,
+                    )
+                )
+
+    def tuya_token(self, token_hash: str, kind: str) -> tuple[str, uuid.UUID, datetime] | None:
+        """`(client_id, pair_id, expires_at)` of a live-or-expired token, None if unknown."""
+        query = sa.select(T.client_id, T.pair_id, T.expires_at).where(
+            T.token_hash == token_hash, T.kind == kind
+        )
+        with self._read() as conn:
+            row = conn.execute(query).first()
+        return (row[0], row[1], row[2]) if row else None
+
+    def tuya_device(self, device_id: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+        """`(organization_id, subject_id)` of a known device."""
+        query = sa.select(tuya_devices.c.organization_id, tuya_devices.c.subject_id).where(
+            tuya_devices.c.device_id == device_id
+        )
+        with self._read() as conn:
+            row = conn.execute(query).first()
+        return (row[0], row[1]) if row else None
+
+    def claim_tuya_device(
+        self, device_id: str, organization_id: uuid.UUID
+    ) -> tuple[uuid.UUID, uuid.UUID]:
+        """The device's owner, making it this organization's if nobody has written it yet."""
+        with self._write() as conn:
+            conn.execute(
+                self._insert_ignore(tuya_devices).values(
+                    device_id=device_id,
+                    organization_id=organization_id,
+                    subject_id=uuid.uuid4(),
+                    inserted_at=utcnow(),
+                )
+            )
+            row = conn.execute(
+                sa.select(tuya_devices.c.organization_id, tuya_devices.c.subject_id).where(
+                    tuya_devices.c.device_id == device_id
+                )
+            ).one()
+        return row[0], row[1]
+
+    def bind_tuya_role(self, organization_id: uuid.UUID, role_id: str, agent_id: uuid.UUID) -> None:
+        with self._write() as conn:
+            conn.execute(
+                tuya_roles.delete().where(
+                    tuya_roles.c.organization_id == organization_id, tuya_roles.c.role_id == role_id
+                )
+            )
+            conn.execute(
+                tuya_roles.insert().values(
+                    organization_id=organization_id, role_id=role_id, agent_id=agent_id
+                )
+            )
+
+    def tuya_role_agent(self, organization_id: uuid.UUID, role_id: str) -> uuid.UUID | None:
+        query = sa.select(tuya_roles.c.agent_id).where(
+            tuya_roles.c.organization_id == organization_id, tuya_roles.c.role_id == role_id
+        )
+        with self._read() as conn:
+            found: uuid.UUID | None = conn.execute(query).scalar_one_or_none()
+        return found
