@@ -31,33 +31,46 @@ class HumanListParams:
     source_agent_id: uuid.UUID | None = None
 
 
-def human_audiences(ctx: UserContext, scope: str) -> tuple[Audience, ...]:
+# Up to this many rooms or agents, each gets its own newest-first index walk; past it, one
+# branch matches them all through a subquery.
+MAX_BRANCHES = 64
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The rooms a person takes part in and the agents they own, when known in advance."""
+
+    rooms: tuple[uuid.UUID, ...] | None = None
+    agents: tuple[uuid.UUID, ...] | None = None
+
+
+def human_audiences(ctx: UserContext, scope: str, reach: Reach = Reach()) -> tuple[Audience, ...]:
     """The branches of (a)-(d) that a `scope` asks for."""
     me, org = ctx.user.id, ctx.organization_id
     about_me = Audience(subject_id=me, scopes=(Scope.SUBJECT,))
-    mine = Audience(source_agent_owner_id=me, scopes=(Scope.AGENT,))
+    if reach.agents is not None and len(reach.agents) <= MAX_BRANCHES:
+        mine = tuple(Audience(source_agent_id=a, scopes=(Scope.AGENT,)) for a in reach.agents)
+    else:
+        mine = (Audience(source_agent_owner_id=me, scopes=(Scope.AGENT,)),)
     shared = (Audience(organization_id=org, scopes=(Scope.ORGANIZATION,)),) if org else ()
-    in_rooms = (
-        (
-            Audience(
-                room_member_user_id=me,
-                organization_id=org,
-                scopes=(Scope.SUBJECT, Scope.ORGANIZATION),
-            ),
+    in_rooms: tuple[Audience, ...] = ()
+    room_scopes = (Scope.SUBJECT, Scope.ORGANIZATION)
+    if org and reach.rooms is not None and len(reach.rooms) <= MAX_BRANCHES:
+        in_rooms = tuple(
+            Audience(chat_room_id=r, organization_id=org, scopes=room_scopes) for r in reach.rooms
         )
-        if org
-        else ()
-    )
+    elif org:
+        in_rooms = (Audience(room_member_user_id=me, organization_id=org, scopes=room_scopes),)
     if scope == "about_me":
         return (about_me,)
     if scope == "organization":
         return shared
     if scope == "room":
-        return (
-            *in_rooms,
-            Audience(room_member_user_id=me, source_agent_owner_id=me, scopes=(Scope.AGENT,)),
+        own_in_rooms = Audience(
+            room_member_user_id=me, source_agent_owner_id=me, scopes=(Scope.AGENT,)
         )
-    return (about_me, *shared, *in_rooms, mine)
+        return (*in_rooms, own_in_rooms)
+    return (about_me, *shared, *in_rooms, *mine)
 
 
 class HumanMemoryService:
@@ -72,7 +85,7 @@ class HumanMemoryService:
     ) -> MemoryPage:
         require_memory_plan(ctx.user, ctx.organization)
         query = MemoryQuery(
-            audiences=human_audiences(ctx, params.scope),
+            audiences=human_audiences(ctx, params.scope, self.reach(ctx)),
             statuses=filters.statuses,
             system=filters.system,
             type=filters.type,
@@ -82,6 +95,12 @@ class HumanMemoryService:
             source_agent_id=params.source_agent_id,
         )
         return self.memories.page(query, request)
+
+    def reach(self, ctx: UserContext) -> Reach:
+        """The person's rooms and agents (two small queries): each list branch walks an index."""
+        rooms = self.store.member_room_ids(ctx.user.id, MAX_BRANCHES + 1)
+        agents = [agent.id for agent in self.store.agents_of(ctx.user.id)]
+        return Reach(tuple(rooms), tuple(agents))
 
     def visible(self, ctx: UserContext, memory: Memory) -> bool:
         query = MemoryQuery(

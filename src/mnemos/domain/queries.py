@@ -23,6 +23,7 @@ class Audience:
     subject_id: uuid.UUID | None = None
     room_member_user_id: uuid.UUID | None = None
     source_agent_owner_id: uuid.UUID | None = None
+    chat_room_id: uuid.UUID | None = None
     without_subject: bool = False
 
     def __post_init__(self) -> None:
@@ -32,6 +33,7 @@ class Audience:
             self.subject_id,
             self.room_member_user_id,
             self.source_agent_owner_id,
+            self.chat_room_id,
         )
         if all(value is None for value in pinned):
             raise ValueError("an audience must pin an agent, organization, subject or room member")

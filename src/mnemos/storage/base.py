@@ -131,6 +131,10 @@ class Store(abc.ABC):
     def member_rooms(self, member_id: uuid.UUID, room_ids: list[uuid.UUID]) -> set[uuid.UUID]: ...
 
     @abc.abstractmethod
+    def member_room_ids(self, member_id: uuid.UUID, limit: int) -> list[uuid.UUID]:
+        """Up to `limit` ids of the rooms someone takes part in."""
+
+    @abc.abstractmethod
     def role_in(self, room_id: uuid.UUID, member_id: uuid.UUID) -> Role | None: ...
 
     @abc.abstractmethod

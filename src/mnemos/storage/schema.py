@@ -148,7 +148,7 @@ memories = sa.Table(
     sa.Column("updated_at", UTCDateTime(), nullable=False),
     sa.Index("ix_memories_agent_order", "source_agent_id", "inserted_at", "id"),
     sa.Index("ix_memories_org_order", "organization_id", "scope", "inserted_at", "id"),
-    sa.Index("ix_memories_subject_order", "subject_id", "inserted_at", "id"),
+    sa.Index("ix_memories_subject_scope_order", "subject_id", "scope", "inserted_at", "id"),
     sa.Index("ix_memories_room_order", "chat_room_id", "inserted_at", "id"),
 )
 

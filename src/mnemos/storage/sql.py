@@ -92,6 +92,8 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
                 agents.c.owner_id == audience.source_agent_owner_id
             )
             parts.append(M.source_agent_id.in_(owned))
+        if audience.chat_room_id is not None:
+            parts.append(M.chat_room_id == audience.chat_room_id)
         if audience.without_subject:
             parts.append(M.subject_id.is_(None))
         return sa.and_(*parts)

@@ -95,6 +95,11 @@ class RoomsSql(SqlBase):
         with self._read() as conn:
             return {row[0] for row in conn.execute(query)}
 
+    def member_room_ids(self, member_id: uuid.UUID, limit: int) -> list[uuid.UUID]:
+        query = sa.select(P.chat_room_id).where(P.participant_id == member_id).limit(limit)
+        with self._read() as conn:
+            return [row[0] for row in conn.execute(query)]
+
     def role_in(self, room_id: uuid.UUID, member_id: uuid.UUID) -> Role | None:
         query = sa.select(P.role).where(P.chat_room_id == room_id, P.participant_id == member_id)
         with self._read() as conn:
