@@ -66,7 +66,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
-    return Settings(database_url=database_url, sqlite_synchronous="NORMAL")
+    return Settings(database_url=database_url, sqlite_synchronous="NORMAL", rate_limit_per_minute=0)
 
 
 @pytest.fixture

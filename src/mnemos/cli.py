@@ -85,6 +85,7 @@ def serve(host: str, port: int, workers: int, log_level: str, database_url: str 
         workers=workers,
         log_level=log_level,
         timeout_keep_alive=5,
+        limit_concurrency=1000,
         timeout_graceful_shutdown=20,
     )
 
@@ -171,7 +172,8 @@ def set_plan(
 def create_token(user_id: uuid.UUID, ttl: int, database_url: str | None) -> None:
     """Issue a JWT for a person, accepted as `Authorization: Bearer`."""
     with _admin_store(database_url) as store:
-        _emit({"token": accounts.issue_token(store, user_id, ttl)})
+        secret = load_settings(database_url=database_url).jwt_secret
+        _emit({"token": accounts.issue_token(store, user_id, ttl, secret)})
 
 
 @_admin_command

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
+MIN_SECRET_BYTES = 32
 
 
 def default_data_dir() -> Path:
@@ -27,11 +28,24 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(default=500, ge=1)
     sqlite_synchronous: str = "FULL"
     db_pool_size: int = Field(default=8, ge=1, le=200)
+    # Requests per minute per caller (API key, token or Tuya client; else client address); 0 = off.
+    rate_limit_per_minute: int = Field(default=3000, ge=0)
+    redis_url: str = ""
+    redis_prefix: str = "mnemos:rl:"
+    # HS256 secret for Mnemos-issued JWTs; empty = a random one kept in the database.
+    jwt_secret: str = Field(default="", repr=False)
     # An external identity provider whose JWTs people may present (RS256/ES256 only).
     jwt_issuer: str = ""
     jwt_audience: str = ""
     jwks_url: str = ""
     jwks_file: Path | None = None
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _long_enough(cls, value: str) -> str:
+        if value and len(value.encode()) < MIN_SECRET_BYTES:
+            raise ValueError(f"must be at least {MIN_SECRET_BYTES} bytes")
+        return value
 
     @field_validator("sqlite_synchronous")
     @classmethod

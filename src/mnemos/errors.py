@@ -89,6 +89,10 @@ class Conflict(MnemosError):
     status, code, default_message = 409, "conflict", "Conflict"
 
 
+class InsufficientStorage(MnemosError):
+    status, code, default_message = 507, "insufficient_storage", "The database has no room to write"
+
+
 class StorageUnavailable(MnemosError):
     status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
 

@@ -89,3 +89,13 @@ def test_external_identity_provider(
             response = client.get(ME, headers=bearer(token))
             assert response.status_code == 401, name
             assert response.json()["error"]["code"] == "unauthorized"
+
+
+def test_configured_secret_signs_and_checks(settings: Settings, store: Store, world: World) -> None:
+    ann = world.user("Ann", "acme")
+    configured = settings.model_copy(update={"jwt_secret": "s" * 40})
+    token = issue_token(store, uuid.UUID(ann.id), 60, configured.jwt_secret)
+    with TestClient(create_app(configured, store)) as client:
+        assert client.get(ME, headers=bearer(token)).status_code == 200
+        database_signed = issue_token(store, uuid.UUID(ann.id), 60)
+        assert client.get(ME, headers=bearer(database_signed)).status_code == 401

@@ -74,7 +74,7 @@ def _database_for(backend: str, tmp: Path) -> Iterator[str]:
 
 def start_server(database_url: str, tmp: Path, *extra: str) -> LiveServer:
     port = free_port()
-    env = {**os.environ, "MNEMOS_DATABASE_URL": database_url}
+    env = {**os.environ, "MNEMOS_DATABASE_URL": database_url, "MNEMOS_RATE_LIMIT_PER_MINUTE": "0"}
     log = tmp / f"server-{port}.log"
     process = subprocess.Popen(
         [

@@ -12,7 +12,7 @@ from mnemos import __version__
 from mnemos.api import band_agent, band_human, chats, superagent, tuya
 from mnemos.api.deps import Services, services
 from mnemos.api.errors import install_error_handlers
-from mnemos.api.middleware import RequestContextMiddleware
+from mnemos.api.middleware import RateLimitMiddleware, RequestContextMiddleware
 from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
@@ -20,6 +20,7 @@ from mnemos.domain.pagination import CursorCodec
 from mnemos.domain.rooms import RoomService
 from mnemos.domain.tokens import TokenVerifier
 from mnemos.errors import StorageUnavailable
+from mnemos.ratelimit import build_limiter
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
 
@@ -58,6 +59,10 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         description="Memory server for AI agents (Band, Tuya and Superagent wire-compatible).",
         lifespan=lifespan,
     )
+    limiter = build_limiter(
+        settings.rate_limit_per_minute, settings.redis_url, settings.redis_prefix
+    )
+    app.add_middleware(RateLimitMiddleware, limiter=limiter)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.include_router(band_agent.router)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse
 
 from mnemos.api.deps import Services, agent_caller, services
@@ -29,16 +29,21 @@ router = APIRouter(prefix="/api/v1/agent", tags=["Agent API"])
     "/memories",
     status_code=201,
     response_model=MemoryEnvelope,
-    responses=errors(401, 403, 413, 422),
+    responses=errors(401, 403, 409, 413, 422),
     summary="Store a memory",
 )
 def store_memory(
     body: StoreMemoryRequest,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=255),
     ctx: AgentContext = Depends(agent_caller),
     svc: Services = Depends(services),
 ) -> JSONResponse:
-    """Stores a new memory with the authenticated agent as its source."""
-    memory = svc.memories.store_as_agent(ctx, body.memory.draft())
+    """Stores a new memory with the authenticated agent as its source.
+
+    Send an `Idempotency-Key` to make retries safe: the same key and body within 24 hours returns
+    the memory the first request stored.
+    """
+    memory = svc.memories.store_as_agent(ctx, body.memory.draft(), idempotency_key)
     return data(memory_json(memory), status=201)
 
 

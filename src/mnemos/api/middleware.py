@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mnemos.ratelimit import RateLimiter
 
 REQUEST_ID_HEADER = b"x-request-id"
 
@@ -102,3 +105,62 @@ class RequestContextMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+IDENTITY_HEADERS = (b"x-api-key", b"api_key", b"authorization", b"client_id")
+
+
+def caller_identity(scope: Scope) -> str:
+    """Who to count a request against: its credential (hashed), else its address."""
+    headers = dict(scope.get("headers", []))
+    for name in IDENTITY_HEADERS:
+        value = headers.get(name)
+        if value:
+            return name.decode() + ":" + hashlib.sha256(value).hexdigest()[:32]
+    client = scope.get("client") or ("unknown", 0)
+    return f"ip:{client[0]}"
+
+
+class RateLimitMiddleware:
+    """429 `rate_limited` with `Retry-After` once a caller passes its per-minute limit."""
+
+    def __init__(
+        self, app: ASGIApp, limiter: RateLimiter | None, exempt: tuple[str, ...] = ("/healthz",)
+    ):
+        self.app = app
+        self.limiter = limiter
+        self.exempt = exempt
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.limiter is None or scope["type"] != "http" or scope["path"] in self.exempt:
+            await self.app(scope, receive, send)
+            return
+        verdict = await self.limiter.check(caller_identity(scope))
+        limit_headers = [
+            (b"x-ratelimit-limit", str(verdict.limit).encode()),
+            (b"x-ratelimit-remaining", str(verdict.remaining).encode()),
+        ]
+        if not verdict.allowed:
+            request_id = scope.get("state", {}).get("request_id", "")
+            body = error_body("rate_limited", "Too many requests; retry later", request_id)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 429,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"retry-after", str(verdict.retry_after).encode()),
+                        *limit_headers,
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        async def send_with_limits(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *limit_headers]
+            await send(message)
+
+        await self.app(scope, receive, send_with_limits)

@@ -119,7 +119,12 @@ def create_agent(
     return IssuedAgent(agent, key)
 
 
-def issue_token(store: Store, user_id: uuid.UUID, ttl_seconds: int) -> str:
+def jwt_secret(store: Store, configured: str = "") -> bytes:
+    """The configured HS256 secret (at least 32 bytes, checked by Settings) or the database's."""
+    return configured.encode() if configured else store.secret(JWT_SECRET_NAME)
+
+
+def issue_token(store: Store, user_id: uuid.UUID, ttl_seconds: int, secret: str = "") -> str:
     """A JWT for a person, signed with this deployment's shared secret."""
     if not 1 <= ttl_seconds <= MAX_TOKEN_TTL:
         raise invalid_field("ttl", f"must be 1..{MAX_TOKEN_TTL} seconds")
@@ -133,15 +138,15 @@ def issue_token(store: Store, user_id: uuid.UUID, ttl_seconds: int) -> str:
         "iat": now,
         "exp": now + timedelta(seconds=ttl_seconds),
     }
-    return jwt.encode(claims, store.secret(JWT_SECRET_NAME), algorithm=JWT_ALGORITHM)
+    return jwt.encode(claims, jwt_secret(store, secret), algorithm=JWT_ALGORITHM)
 
 
-def user_id_from_token(store: Store, token: str) -> uuid.UUID:
+def user_id_from_token(store: Store, token: str, secret: str = "") -> uuid.UUID:
     """The person a Mnemos-issued JWT names; `unauthorized` for anything else."""
     try:
         claims = jwt.decode(
             token,
-            store.secret(JWT_SECRET_NAME),
+            jwt_secret(store, secret),
             algorithms=[JWT_ALGORITHM],
             audience=JWT_AUDIENCE,
             issuer=JWT_ISSUER,

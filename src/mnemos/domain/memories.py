@@ -6,9 +6,13 @@ input; they return domain objects or raise `MnemosError`s.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 from mnemos.domain.accounts import require_memory_plan
@@ -34,6 +38,7 @@ from mnemos.domain.pagination import (
 )
 from mnemos.domain.queries import Audience, Filters, MemoryQuery
 from mnemos.errors import (
+    Conflict,
     Forbidden,
     InvalidMemoryType,
     NotFound,
@@ -45,6 +50,24 @@ from mnemos.errors import (
 from mnemos.storage.base import Store
 
 MAX_METADATA_BYTES = 64 * 1024
+IDEMPOTENCY_TTL = timedelta(hours=24)
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+def check_idempotency_key(key: str) -> str:
+    if not IDEMPOTENCY_KEY.match(key):
+        raise invalid_field("Idempotency-Key", "must be 1-255 visible ASCII characters")
+    return key
+
+
+def draft_fingerprint(draft: MemoryDraft) -> str:
+    """A digest of what a store request asks for, to tell a retry from a different request."""
+    fields = {
+        name: (str(value) if isinstance(value, uuid.UUID | StrEnum) else value)
+        for name, value in draft.__dict__.items()
+    }
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -124,8 +147,14 @@ class MemoryService:
 
     # --- the agent API ---------------------------------------------------------------------
 
-    def store_as_agent(self, ctx: AgentContext, draft: MemoryDraft) -> Memory:
-        """Store a memory with the agent as its source (DESIGN.md, "Store")."""
+    def store_as_agent(
+        self, ctx: AgentContext, draft: MemoryDraft, idempotency_key: str | None = None
+    ) -> Memory:
+        """Store a memory with the agent as its source (DESIGN.md, "Store").
+
+        With an idempotency key, a retry of the same request within a day returns the memory the
+        first one stored instead of storing another; the same key with a different request is 409.
+        """
         require_memory_plan(ctx.owner, ctx.organization)
         self.validate_draft(draft)
         scope = draft.scope or (Scope.SUBJECT if draft.subject_id else Scope.AGENT)
@@ -158,8 +187,23 @@ class MemoryService:
             inserted_at=now,
             updated_at=now,
         )
-        self.store.insert_memory(memory)
-        return memory
+        if idempotency_key is None:
+            self.store.insert_memory(memory)
+            return memory
+        key = check_idempotency_key(idempotency_key)
+        fingerprint = draft_fingerprint(draft)
+        stored_id, stored_print = self.store.insert_memory_once(
+            memory, ctx.agent.id, key, fingerprint, IDEMPOTENCY_TTL
+        )
+        if stored_print != fingerprint:
+            raise Conflict(
+                "This Idempotency-Key was used for a different request",
+                details={"idempotency_key": "reused with a different body"},
+            )
+        first = memory if stored_id == memory.id else self.store.get_memory(stored_id)
+        if first is None:
+            raise Conflict("The memory stored under this Idempotency-Key was deleted")
+        return first
 
     def agent_query(
         self, ctx: AgentContext, params: AgentListParams, filters: Filters

@@ -26,6 +26,7 @@ class TokenVerifier:
         self.store = store
         self.issuer = settings.jwt_issuer
         self.audience = settings.jwt_audience
+        self.own_secret = settings.jwt_secret
         self._jwks_client: jwt.PyJWKClient | None = None
         self._jwks: jwt.PyJWKSet | None = None
         if settings.jwks_url:
@@ -45,7 +46,7 @@ class TokenVerifier:
             raise Unauthorized("Malformed token") from None
         if self.external and unverified.get("iss") == self.issuer:
             return self._external(token)
-        return user_id_from_token(self.store, token)
+        return user_id_from_token(self.store, token, self.own_secret)
 
     def _signing_key(self, token: str) -> object:
         if self._jwks_client is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import uuid
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from mnemos.domain.models import (
@@ -152,6 +152,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def insert_memory(self, memory: Memory) -> None: ...
+
+    @abc.abstractmethod
+    def insert_memory_once(
+        self, memory: Memory, principal_id: uuid.UUID, key: str, fingerprint: str, ttl: timedelta
+    ) -> tuple[uuid.UUID, str]:
+        """Insert `memory` unless `(principal_id, key)` was used within `ttl`.
+
+        Returns the memory id and request fingerprint stored under the key: `memory.id` when this
+        call inserted it, the first call's otherwise. Concurrent calls with one key insert once.
+        """
 
     @abc.abstractmethod
     def get_memory(self, memory_id: uuid.UUID) -> Memory | None: ...

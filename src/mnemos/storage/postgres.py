@@ -30,12 +30,21 @@ def driver_url(url: str) -> str:
     return f"{scheme}{sep}{rest}"
 
 
+STATEMENT_TIMEOUT_MS = 15_000
+
+
 class PostgresStore(SqlStore):
     """Many stateless Mnemos processes can share one of these."""
 
     def __init__(self, url: str, *, pool_size: int = 8):
         engine = sa.create_engine(
-            driver_url(url), pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+            driver_url(url),
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,
+            pool_timeout=10,
+            # No statement may hold a connection for long; a stuck query becomes a 503.
+            connect_args={"options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"},
         )
         super().__init__(read_engine=engine, write_engine=engine)
 

@@ -202,3 +202,13 @@ tuya_roles = sa.Table(
         "agent_id", sa.Uuid(), sa.ForeignKey("agents.id", ondelete="CASCADE"), nullable=False
     ),
 )
+
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    sa.Column("principal_id", sa.Uuid(), primary_key=True),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("memory_id", sa.Uuid(), nullable=False),
+    sa.Column("inserted_at", UTCDateTime(), nullable=False),
+)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,7 +18,7 @@ from mnemos.domain.pagination import Position
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.storage.base import Store
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
-from mnemos.storage.schema import UTCDateTime, agents, chat_participants, memories
+from mnemos.storage.schema import UTCDateTime, agents, chat_participants, idempotency_keys, memories
 from mnemos.storage.sql_accounts import AccountsSql
 from mnemos.storage.sql_rooms import RoomsSql
 from mnemos.storage.sql_tuya import TuyaSql
@@ -32,6 +32,32 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
     def insert_memory(self, memory: Memory) -> None:
         with self._write() as conn:
             conn.execute(memories.insert().values(**memory_values(memory)))
+
+    def insert_memory_once(
+        self, memory: Memory, principal_id: uuid.UUID, key: str, fingerprint: str, ttl: timedelta
+    ) -> tuple[uuid.UUID, str]:
+        keys = idempotency_keys.c
+        mine = sa.and_(keys.principal_id == principal_id, keys.key == key)
+        with self._write() as conn:
+            conn.execute(
+                idempotency_keys.delete().where(mine, keys.inserted_at < memory.inserted_at - ttl)
+            )
+            claimed = conn.execute(
+                self._insert_ignore(idempotency_keys)
+                .values(
+                    principal_id=principal_id,
+                    key=key,
+                    fingerprint=fingerprint,
+                    memory_id=memory.id,
+                    inserted_at=memory.inserted_at,
+                )
+                .returning(keys.memory_id)
+            ).first()
+            if claimed is not None:
+                conn.execute(memories.insert().values(**memory_values(memory)))
+                return memory.id, fingerprint
+            row = conn.execute(sa.select(keys.memory_id, keys.fingerprint).where(mine)).one()
+        return row[0], row[1]
 
     def get_memory(self, memory_id: uuid.UUID) -> Memory | None:
         with self._read() as conn:

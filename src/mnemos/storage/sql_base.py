@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert
 
 from mnemos.domain.search import SearchQuery
-from mnemos.errors import StorageUnavailable
+from mnemos.errors import InsufficientStorage, StorageUnavailable
 from mnemos.storage.schema import server_secrets
 
 
@@ -48,7 +48,14 @@ class SqlBase(abc.ABC):
         try:
             yield
         except sa.exc.OperationalError as exc:
-            raise StorageUnavailable(details={"reason": str(exc.orig)[:200]}) from exc
+            reason = str(exc.orig)[:200]
+            if (
+                "disk is full" in reason
+                or "No space left" in reason
+                or "could not extend" in reason
+            ):
+                raise InsufficientStorage(details={"reason": reason}) from exc
+            raise StorageUnavailable(details={"reason": reason}) from exc
 
     # --- lifecycle -------------------------------------------------------------------------
 
