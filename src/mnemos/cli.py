@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -77,6 +78,8 @@ def serve(host: str, port: int, workers: int, log_level: str, database_url: str 
     # Worker processes build their own settings from the environment: hand them the URL.
     os.environ["MNEMOS_DATABASE_URL"] = settings.resolved_database_url()
     click.echo(f"mnemos: serving on http://{host}:{port} ({_redacted(settings)})", err=True)
+    # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal: exit 0 on it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     uvicorn.run(
         "mnemos.api.app:factory",
         factory=True,
