@@ -8,98 +8,16 @@ of other organizations). The reference model below is deliberately written apart
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi.testclient import TestClient
 
 from tests.api.test_band_human import room
+from tests.reference import M, Model
 from tests.world import Actor, World, memory_body
 
 AGENT = "/api/v1/agent/memories"
 HUMAN = "/api/v1/me/memories"
-
-
-@dataclass(frozen=True)
-class M:
-    id: str
-    scope: str
-    source: str
-    org: str | None
-    subject: str | None
-    room: str | None
-
-
-@dataclass
-class Model:
-    owner: dict[str, str]  # agent id -> owner id
-    org_of: dict[str, str | None]  # person or agent id -> organization id
-    rooms_of: dict[str, set[str]]  # person or agent id -> room ids
-    memories: list[M]
-
-    # --- agents --------------------------------------------------------------------------
-
-    def agent_reads(self, agent: str, m: M) -> bool:
-        org = self.org_of[agent]
-        return m.source == agent or (
-            org is not None and m.org == org and m.scope in ("organization", "subject")
-        )
-
-    def agent_list(
-        self, agent: str, memory_scope: str, scope: str | None, subject: str | None
-    ) -> set[str]:
-        org = self.org_of[agent]
-        out = set()
-        for m in self.memories:
-            if memory_scope == "me":
-                hit = (
-                    m.source == agent
-                    and scope in (None, "all", m.scope)
-                    and subject in (None, m.subject)
-                )
-            elif scope in (None, "organization"):
-                hit = m.org == org and m.scope == "organization" and subject in (None, m.subject)
-            elif scope == "subject":
-                hit = m.org == org and m.scope == "subject" and m.subject == subject
-            elif scope == "agent":
-                hit = m.source == agent and m.scope == "agent" and subject in (None, m.subject)
-            else:
-                hit = (
-                    (m.org == org and m.scope == "organization")
-                    or m.source == agent
-                    or (
-                        subject is not None
-                        and m.org == org
-                        and m.scope == "subject"
-                        and m.subject == subject
-                    )
-                )
-            if hit:
-                out.add(m.id)
-        return out
-
-    # --- people --------------------------------------------------------------------------
-
-    def owns(self, person: str, m: M) -> bool:
-        return m.scope == "agent" and self.owner.get(m.source) == person
-
-    def human_sees(self, person: str, m: M, scope: str = "all") -> bool:
-        org = self.org_of[person]
-        about_me = m.scope == "subject" and m.subject == person
-        shared = org is not None and m.scope == "organization" and m.org == org
-        in_room = m.room in self.rooms_of[person] and (
-            (org is not None and m.org == org and m.scope in ("subject", "organization"))
-            or self.owns(person, m)
-        )
-        return {
-            "about_me": about_me,
-            "organization": shared,
-            "room": in_room,
-            "all": about_me or shared or in_room or self.owns(person, m),
-        }[scope]
-
-    def human_may_change(self, person: str, m: M) -> bool:
-        return (m.scope == "subject" and m.subject == person) or self.owns(person, m)
 
 
 def build(client: TestClient, world: World) -> tuple[list[Actor], list[Actor], Model]:
