@@ -13,6 +13,7 @@ from mnemos.api import band_agent, band_human, chats, superagent, tuya
 from mnemos.api.deps import Services, services
 from mnemos.api.errors import install_error_handlers
 from mnemos.api.middleware import RateLimitMiddleware, RequestContextMiddleware
+from mnemos.api.responses import errors
 from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
@@ -58,6 +59,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         version=__version__,
         description="Memory server for AI agents (Band, Tuya and Superagent wire-compatible).",
         lifespan=lifespan,
+        # Any route can meet these: they come from middleware or from the body parser.
+        responses=errors(400, 413, 429, 500, 503, 507),
     )
     limiter = build_limiter(
         settings.rate_limit_per_minute, settings.redis_url, settings.redis_prefix

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from mnemos.api.middleware import error_body
 from mnemos.errors import MnemosError
@@ -33,14 +34,19 @@ def request_id(request: Request) -> str:
 
 
 def error_response(
-    request: Request, status: int, code: str, message: str, details: Any = None
+    request: Request,
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    headers: dict[str, str] | None = None,
 ) -> Response:
     rid = request_id(request)
     return Response(
         error_body(code, message, rid, details),
         status_code=status,
         media_type="application/json",
-        headers={"X-Request-Id": rid},
+        headers={**(headers or {}), "X-Request-Id": rid},
     )
 
 
@@ -70,10 +76,22 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     return error_response(request, 422, "validation_failed", "Validation failed", details)
 
 
+def allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path (Starlette names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "error")
-    return error_response(request, exc.status_code, code, str(exc.detail))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = allowed_methods(request)
+    return error_response(request, exc.status_code, code, str(exc.detail), headers=headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
