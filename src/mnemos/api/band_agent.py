@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse
 
 from mnemos.api.deps import Services, agent_caller, services
-from mnemos.api.params import list_filters, page_request
+from mnemos.api.params import ListQuery, list_query
 from mnemos.api.responses import data, errors, memory_page
 from mnemos.api.schemas import (
     AgentMeEnvelope,
@@ -54,30 +54,20 @@ def store_memory(
     summary="List memories",
 )
 def list_memories(
-    cursor: str | None = Query(None, max_length=512, description="Opaque keyset cursor"),
-    limit: int | None = Query(None, description="1-100, default 20"),
-    page: int | None = Query(None, description="Deprecated offset page, from 1"),
-    page_size: int | None = Query(None, description="Deprecated page size, 1-50"),
+    ctx: AgentContext = Depends(agent_caller),
+    query: ListQuery = Depends(list_query),
     memory_scope: Literal["me", "org"] = Query("me", description="Whose memories"),
     scope: Literal["agent", "subject", "organization", "all"] | None = Query(None),
     subject_id: str | None = Query(None),
-    system: str | None = Query(None),
-    type: str | None = Query(None),
-    segment: str | None = Query(None),
-    status: str | None = Query(None, description="active, superseded, archived or all"),
-    content_query: str | None = Query(None, description="Full-text search"),
-    ctx: AgentContext = Depends(agent_caller),
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """Lists memories accessible to the agent (`memory_scope` whose, `scope` which)."""
-    request = page_request(svc, cursor, limit, page, page_size)
     params = AgentListParams(
         memory_scope=memory_scope,
         scope=scope,
         subject_id=parse_uuid(subject_id, "subject_id") if subject_id is not None else None,
     )
-    filters = list_filters(svc, system, type, segment, status, content_query)
-    return memory_page(svc.memories.list_as_agent(ctx, params, filters, request))
+    return memory_page(svc.memories.list_as_agent(ctx, params, query.filters, query.page))
 
 
 @router.get(
@@ -93,30 +83,34 @@ def get_memory(
     return data(memory_json(svc.memories.get_as_agent(ctx, id)))
 
 
-@router.post(
-    "/memories/{id}/supersede",
-    response_model=MemoryEnvelope,
-    responses=errors(401, 403, 404),
-    summary="Supersede a memory",
-)
-def supersede_memory(
-    id: str, ctx: AgentContext = Depends(agent_caller), svc: Services = Depends(services)
-) -> JSONResponse:
-    """Marks a memory outdated or wrong. Only the agent that stored it may."""
-    return data(memory_json(svc.memories.set_status_as_agent(ctx, id, Status.SUPERSEDED)))
+def _status_route(action: str, status: Status, summary: str, doc: str) -> None:
+    def change(
+        id: str, ctx: AgentContext = Depends(agent_caller), svc: Services = Depends(services)
+    ) -> JSONResponse:
+        return data(memory_json(svc.memories.set_status_as_agent(ctx, id, status)))
+
+    change.__doc__ = doc
+    router.post(
+        f"/memories/{{id}}/{action}",
+        response_model=MemoryEnvelope,
+        responses=errors(401, 403, 404),
+        summary=summary,
+        name=f"{action}_agent_memory",
+    )(change)
 
 
-@router.post(
-    "/memories/{id}/archive",
-    response_model=MemoryEnvelope,
-    responses=errors(401, 403, 404),
-    summary="Archive a memory",
+_status_route(
+    "supersede",
+    Status.SUPERSEDED,
+    "Supersede a memory",
+    "Marks a memory outdated or wrong. Only the agent that stored it may.",
 )
-def archive_memory(
-    id: str, ctx: AgentContext = Depends(agent_caller), svc: Services = Depends(services)
-) -> JSONResponse:
-    """Marks a memory valid but not needed now. Only the agent that stored it may."""
-    return data(memory_json(svc.memories.set_status_as_agent(ctx, id, Status.ARCHIVED)))
+_status_route(
+    "archive",
+    Status.ARCHIVED,
+    "Archive a memory",
+    "Marks a memory valid but not needed now. Only the agent that stored it may.",
+)
 
 
 @router.get("/me", response_model=AgentMeEnvelope, responses=errors(401), summary="Current agent")

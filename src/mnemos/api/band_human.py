@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import JSONResponse
 
 from mnemos.api.deps import Services, services, user_caller
-from mnemos.api.params import list_filters, page_request
+from mnemos.api.params import ListQuery, list_query
 from mnemos.api.responses import data, errors, memory_page
 from mnemos.api.schemas import (
     AgentRegisterRequest,
@@ -42,30 +42,20 @@ def _with_display(svc: Services, ctx: UserContext, items: list[Memory]) -> list[
     summary="List memories for current user",
 )
 def list_memories(
-    cursor: str | None = Query(None, max_length=512),
-    limit: int | None = Query(None, description="1-100, default 20"),
-    page: int | None = Query(None, description="Deprecated offset page, from 1"),
-    page_size: int | None = Query(None, description="Deprecated page size, 1-50"),
+    ctx: UserContext = Depends(user_caller),
+    query: ListQuery = Depends(list_query),
     scope: Literal["about_me", "organization", "room", "all"] = Query("all"),
     chat_room_id: str | None = Query(None),
     source_agent_id: str | None = Query(None),
-    system: str | None = Query(None),
-    type: str | None = Query(None),
-    segment: str | None = Query(None),
-    status: str | None = Query(None, description="active, superseded, archived or all"),
-    content_query: str | None = Query(None, description="Full-text search"),
-    ctx: UserContext = Depends(user_caller),
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """Memories about you, of your organization, in your rooms, and private to your agents."""
-    request = page_request(svc, cursor, limit, page, page_size)
     params = HumanListParams(
         scope=scope,
         chat_room_id=parse_uuid(chat_room_id, "chat_room_id") if chat_room_id else None,
         source_agent_id=parse_uuid(source_agent_id, "source_agent_id") if source_agent_id else None,
     )
-    filters = list_filters(svc, system, type, segment, status, content_query)
-    result = svc.human.list_page(ctx, params, filters, request)
+    result = svc.human.list_page(ctx, params, query.filters, query.page)
     return memory_page(result, _with_display(svc, ctx, result.items))
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from mnemos.api.deps import Services
+from dataclasses import dataclass
+
+from fastapi import Depends, Query
+
+from mnemos.api.deps import Services, services
 from mnemos.domain.models import MemoryType, Segment, System, parse_enum
 from mnemos.domain.pagination import PageRequest, parse_page
 from mnemos.domain.queries import Filters, status_filter
@@ -44,4 +48,31 @@ def list_filters(
             if content_query is not None
             else None
         ),
+    )
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """Pagination and filters of a memory list, parsed."""
+
+    page: PageRequest
+    filters: Filters
+
+
+def list_query(
+    cursor: str | None = Query(None, max_length=512, description="Opaque keyset cursor"),
+    limit: int | None = Query(None, description="1-100, default 20"),
+    page: int | None = Query(None, description="Deprecated offset page, from 1"),
+    page_size: int | None = Query(None, description="Deprecated page size, 1-50"),
+    system: str | None = Query(None, description="sensory, working or long_term"),
+    type: str | None = Query(None, description="Memory type (valid for the system)"),
+    segment: str | None = Query(None, description="user, agent, tool or guideline"),
+    status: str | None = Query(None, description="active, superseded, archived or all"),
+    content_query: str | None = Query(None, description="Full-text search"),
+    svc: Services = Depends(services),
+) -> ListQuery:
+    """The query parameters every memory list shares (declare it after the caller's auth)."""
+    return ListQuery(
+        page=page_request(svc, cursor, limit, page, page_size),
+        filters=list_filters(svc, system, type, segment, status, content_query),
     )

@@ -1,0 +1,126 @@
+"""A realistic, seeded data set for the benchmark, loaded through the store's bulk path.
+
+Organizations with people, agents and rooms; one agent with about 1,000 memories and one with
+about 10,000; memories of every scope with 8-40 words drawn from a skewed (Zipf) vocabulary, plus
+three planted terms: `zebrafinch` (rare, 0.01%), `marigold` (mid, 1%) and `harbor` (common, 10%).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from mnemos.domain import accounts
+from mnemos.domain.ids import uuid7
+from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.storage.base import Store
+
+RARE, MID, COMMON = "zebrafinch", "marigold", "harbor"
+SYLLABLES = "ka lo mi ne ru ta vi so pe da gu fe zo ri ba ne ho".split()
+BATCH = 5_000
+
+
+@dataclass
+class Dataset:
+    org_id: uuid.UUID
+    person_key: str
+    person_id: uuid.UUID
+    small_agent_key: str  # ~1,000 memories
+    big_agent_key: str  # ~10,000 memories
+    big_agent_id: uuid.UUID
+    writer_keys: list[str] = field(default_factory=list)
+    total: int = 0
+
+
+def vocabulary(rng: random.Random, size: int = 5_000) -> list[str]:
+    words = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
+def load(store: Store, count: int, seed: int = 1) -> Dataset:
+    """Create accounts and `count` memories; prints progress to stderr."""
+    rng = random.Random(seed)
+    words = vocabulary(rng)
+    weights = [1 / (rank + 1) for rank in range(len(words))]
+    orgs = [accounts.create_organization(store, f"Bench org {i}") for i in range(10)]
+    people = [
+        accounts.create_user(store, f"Person {i}", f"p{i}-{seed}@bench.test", orgs[i % 10].id)
+        for i in range(40)
+    ]
+    agents = [
+        accounts.create_agent(store, people[i % 40].user.id, f"Agent {i}", None) for i in range(100)
+    ]
+    org_of_agent = [orgs[(i % 40) % 10].id for i in range(100)]
+    big, small = agents[0], agents[1]
+    person = people[0]
+    now = datetime.now(UTC)
+    start = now - timedelta(days=400)
+    step = timedelta(days=400) / max(count, 1)
+    batch: list[Memory] = []
+    began = time.monotonic()
+    for i in range(count):
+        roll = rng.random()
+        if roll < 10_000 / count:
+            index = 0
+        elif roll < 11_000 / count:
+            index = 1
+        else:
+            index = rng.randrange(2, 100)
+        agent = agents[index]
+        org = org_of_agent[index]
+        scope = (Scope.AGENT, Scope.SUBJECT, Scope.ORGANIZATION)[rng.randrange(3)]
+        text = rng.choices(words, weights, k=rng.randint(8, 40))
+        for term, share in ((RARE, 0.0001), (MID, 0.01), (COMMON, 0.10)):
+            if rng.random() < share:
+                text[rng.randrange(len(text))] = term
+        at = start + step * i
+        subject = people[rng.randrange(40)].user.id if scope is Scope.SUBJECT else None
+        if scope is Scope.SUBJECT and index in (0, 1) and rng.random() < 0.3:
+            subject = person.user.id
+        batch.append(
+            Memory(
+                id=uuid7(int(at.timestamp() * 1000)),
+                content=" ".join(text),
+                thought="bench",
+                system=System.LONG_TERM,
+                type=MemoryType.SEMANTIC,
+                segment=Segment.USER,
+                scope=scope,
+                subject_id=subject,
+                organization_id=None if scope is Scope.AGENT else org,
+                source_agent_id=agent.agent.id,
+                chat_room_id=None,
+                metadata={},
+                status=Status.ACTIVE,
+                inserted_at=at,
+                updated_at=at,
+            )
+        )
+        if len(batch) == BATCH or i == count - 1:
+            store.replace_memories(batch, [], now)
+            batch = []
+            done = i + 1
+            rate = done / max(time.monotonic() - began, 1e-6)
+            bar = "#" * int(30 * done / count)
+            print(
+                f"\r  loading [{bar:<30}] {done:,}/{count:,} ({rate:,.0f}/s)",
+                end="",
+                file=sys.stderr,
+            )
+    print(file=sys.stderr)
+    return Dataset(
+        org_id=orgs[0].id,
+        person_key=person.api_key,
+        person_id=person.user.id,
+        small_agent_key=small.api_key,
+        big_agent_key=big.api_key,
+        big_agent_id=big.agent.id,
+        writer_keys=[a.api_key for a in agents[2:10]],
+        total=count,
+    )

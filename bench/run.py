@@ -1,0 +1,352 @@
+"""Mnemos benchmark: HTTP latency and throughput against a live server, next to the database floor.
+
+    python -m bench.run --memories 1000000 --backend sqlite --backend postgresql
+
+For each backend: load a seeded data set through the bulk path, start `mnemos serve`, measure
+every path with 1 and with 8 concurrent clients, measure the same SQL without HTTP (the floor),
+and write `bench/results/<backend>.json` plus a Markdown table on stdout. The server's resident
+memory is sampled throughout. Loopback only; every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from bench.dataset import COMMON, MID, RARE, Dataset, load
+from mnemos.config import Settings
+from mnemos.domain.accounts import hash_key
+from mnemos.domain.human import HumanMemoryService, human_audiences
+from mnemos.domain.memories import AgentListParams, MemoryService
+from mnemos.domain.models import AgentContext
+from mnemos.domain.pagination import CursorCodec
+from mnemos.domain.queries import Filters, MemoryQuery
+from mnemos.domain.search import parse_search
+from mnemos.storage import migrate, open_store
+from mnemos.storage.postgres import driver_url
+from mnemos.storage.sql import SqlStore
+
+RESULTS = Path(__file__).parent / "results"
+AGENT, HUMAN = "/api/v1/agent/memories", "/api/v1/me/memories"
+PG_SERVER = os.environ.get(
+    "MNEMOS_BENCH_POSTGRES_SERVER", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@dataclass
+class Figures:
+    p50: float
+    p95: float
+    p99: float
+    rate: float
+
+    def row(self) -> str:
+        return f"{self.p50:.2f} / {self.p95:.2f} / {self.p99:.2f}, {self.rate:,.0f}/s"
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def figures(latencies: list[float], wall: float) -> Figures:
+    ms = [x * 1000 for x in latencies]
+    return Figures(percentile(ms, 0.50), percentile(ms, 0.95), percentile(ms, 0.99), len(ms) / wall)
+
+
+def hammer(
+    base: str, requests: int, clients: int, call: Callable[[httpx.Client, int, int], httpx.Response]
+) -> Figures:
+    """`requests` calls split over `clients` threads, each with its own connection."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def worker(n: int) -> None:
+        mine: list[float] = []
+        with httpx.Client(base_url=base, timeout=60) as http:
+            call(http, n, -1)  # warm the connection
+            for i in range(requests // clients):
+                started = time.perf_counter()
+                response = call(http, n, i)
+                mine.append(time.perf_counter() - started)
+                if response.status_code >= 300:
+                    errors.append(f"{response.status_code} {response.text[:120]}")
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    if errors:
+        raise RuntimeError(f"{len(errors)} failed requests, first: {errors[0]}")
+    return figures(latencies, wall)
+
+
+def floor(store: SqlStore, query: MemoryQuery, repeat: int, after: Any = None) -> Figures:
+    """The same SELECT as the server runs, replayed on a raw DB-API connection (no HTTP, no ORM)."""
+    captured: list[tuple[str, Any]] = []
+
+    def capture(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
+        captured.append((statement, params))
+
+    engine: sa.Engine = store._read_engine
+    sa.event.listen(engine, "before_cursor_execute", capture)
+    try:
+        store.list_memories(query, limit=21, after=after)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", capture)
+    statement, params = next((s, p) for s, p in captured if s.lstrip().upper().startswith("SELECT"))
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        latencies = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            cursor.execute(statement, params)
+            cursor.fetchall()
+            latencies.append(time.perf_counter() - started)
+        raw.rollback()
+    finally:
+        raw.close()
+    return figures(latencies, sum(latencies))
+
+
+class Rss:
+    """Samples a process's resident memory."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self.stop = pid, 0, threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        self.peak = max(self.peak, int(line.split()[1]) // 1024)
+            except OSError:
+                return
+            time.sleep(0.25)
+
+
+def database(backend: str, tmp: Path) -> tuple[str, Callable[[], None]]:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp / 'bench.db'}", lambda: None
+    name = f"mnemos_bench_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(driver_url(PG_SERVER), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+    return PG_SERVER.rsplit("/", 1)[0] + f"/{name}", drop
+
+
+def start_server(url: str, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "MNEMOS_DATABASE_URL": url, "MNEMOS_RATE_LIMIT_PER_MINUTE": "0"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mnemos", "serve", "--port", str(port), "--log-level", "warning"],
+        env=env,
+    )
+    for _ in range(300):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("server did not start")
+
+
+def run_backend(backend: str, count: int, requests: int) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="mnemos-bench-"))
+    url, drop = database(backend, tmp)
+    try:
+        settings = Settings(database_url=url)
+        migrate(settings)
+        store = open_store(settings)
+        assert isinstance(store, SqlStore)
+        started = time.monotonic()
+        data = load(store, count)
+        load_seconds = time.monotonic() - started
+        with store._write_engine.begin() as conn:
+            conn.exec_driver_sql("ANALYZE")
+        port = 18000 + os.getpid() % 1000
+        server = start_server(url, port)
+        rss = Rss(server.pid)
+        try:
+            results = measure(f"http://127.0.0.1:{port}", store, data, requests)
+        finally:
+            rss.stop.set()
+            server.terminate()
+            server.wait(timeout=60)
+        store.close()
+        return {
+            "backend": backend,
+            "memories": count,
+            "load_seconds": round(load_seconds, 1),
+            "server_peak_rss_mib": rss.peak,
+            "results": results,
+        }
+    finally:
+        drop()
+
+
+def measure(base: str, store: SqlStore, data: Dataset, requests: int) -> dict[str, Any]:
+    codec = CursorCodec(store.secret("cursor-hmac"))
+    service = MemoryService(store, codec)
+    big = store.agent_by_key(hash_key(data.big_agent_key))
+    small = store.agent_by_key(hash_key(data.small_agent_key))
+    person = store.user_by_key(hash_key(data.person_key))
+    assert big and small and person
+    human = HumanMemoryService(service)
+
+    def get(
+        key: str, path: str, **params: Any
+    ) -> Callable[[httpx.Client, int, int], httpx.Response]:
+        headers = {"X-API-Key": key}
+        return lambda http, _n, _i: http.get(path, params=params, headers=headers)
+
+    # the cursor of page 200 of the big agent's list
+    cursor = None
+    with httpx.Client(base_url=base, timeout=60) as http:
+        for _ in range(199):
+            cursor = http.get(
+                AGENT,
+                params={"limit": 20, **({"cursor": cursor} if cursor else {})},
+                headers={"X-API-Key": data.big_agent_key},
+            ).json()["meta"]["next_cursor"]
+    deep_after = codec.decode(cursor) if cursor else None
+
+    def store_call(http: httpx.Client, n: int, i: int) -> httpx.Response:
+        body = {
+            "memory": {
+                "content": f"bench store {n} {i} {uuid.uuid4().hex}",
+                "system": "long_term",
+                "type": "semantic",
+                "segment": "user",
+                "thought": "bench",
+            }
+        }
+        return http.post(
+            AGENT, json=body, headers={"X-API-Key": data.writer_keys[n % len(data.writer_keys)]}
+        )
+
+    def agent_q(
+        ctx: AgentContext, term: str | None = None, memory_scope: str = "me"
+    ) -> MemoryQuery:
+        search = parse_search(term, 500) if term else None
+        return service.agent_query(
+            ctx, AgentListParams(memory_scope=memory_scope), Filters(search=search)
+        )
+
+    human_q = MemoryQuery(audiences=human_audiences(person, "all", human.reach(person)))
+    paths: dict[
+        str, tuple[Callable[[httpx.Client, int, int], httpx.Response], MemoryQuery | None, Any]
+    ] = {
+        "store": (store_call, None, None),
+        "agent list (~1,000)": (get(data.small_agent_key, AGENT), agent_q(small), None),
+        "agent list (~10,000)": (get(data.big_agent_key, AGENT), agent_q(big), None),
+        "agent list, page 200": (
+            get(data.big_agent_key, AGENT, cursor=cursor),
+            agent_q(big),
+            deep_after,
+        ),
+        "organization list": (
+            get(data.big_agent_key, AGENT, memory_scope="org"),
+            agent_q(big, memory_scope="org"),
+            None,
+        ),
+        "human list + display fields": (get(data.person_key, HUMAN), human_q, None),
+    }
+    for label, term in (("rare", RARE), ("mid 1%", MID), ("common 10%", COMMON)):
+        paths[f"search {label}, one agent"] = (
+            get(data.big_agent_key, AGENT, content_query=term),
+            agent_q(big, term),
+            None,
+        )
+        paths[f"search {label}, org-wide"] = (
+            get(data.big_agent_key, AGENT, memory_scope="org", content_query=term),
+            agent_q(big, term, memory_scope="org"),
+            None,
+        )
+    results: dict[str, Any] = {}
+    for name, (call, query, after) in paths.items():
+        one = hammer(base, requests, 1, call)
+        eight = hammer(base, requests * 4, 8, call)
+        row: dict[str, Any] = {"1 client": one.__dict__, "8 clients": eight.__dict__}
+        if query is not None:
+            base_floor = floor(store, query, requests, after)
+            row["floor"] = base_floor.__dict__
+            row["ratio p50"] = round(one.p50 / max(base_floor.p50, 1e-6), 1)
+        results[name] = row
+        print(
+            f"  {name}: 1 client p50 {one.p50:.2f} ms p95 {one.p95:.2f} ms; 8 clients {eight.rate:,.0f}/s",
+            file=sys.stderr,
+        )
+    return results
+
+
+def markdown(run: dict[str, Any]) -> str:
+    lines = [
+        f"### {run['backend']}: {run['memories']:,} memories (loaded in {run['load_seconds']} s; server peak RSS {run['server_peak_rss_mib']} MiB)",
+        "",
+        "| path | 1 client p50 / p95 / p99 ms, req/s | 8 clients p50 / p95 / p99 ms, req/s | floor p50 / p95 ms | Mnemos / floor (p50) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in run["results"].items():
+        one, eight = Figures(**row["1 client"]), Figures(**row["8 clients"])
+        fl = Figures(**row["floor"]) if "floor" in row else None
+        floor_text = f"{fl.p50:.3f} / {fl.p95:.3f}" if fl else "n/a"
+        lines.append(
+            f"| {name} | {one.row()} | {eight.row()} | {floor_text} | {row.get('ratio p50', 'n/a')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--memories", type=int, default=1_000_000)
+    parser.add_argument("--backend", action="append", choices=["sqlite", "postgresql"])
+    parser.add_argument(
+        "--requests", type=int, default=500, help="requests per path with 1 client (x4 with 8)"
+    )
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    header = f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n"
+    print(header)
+    for backend in args.backend or ["sqlite"]:
+        print(f"{backend}: loading {args.memories:,} memories", file=sys.stderr)
+        run = run_backend(backend, args.memories, args.requests)
+        (args.out / f"{backend}.json").write_text(json.dumps(run, indent=2))
+        print(markdown(run))
+
+
+if __name__ == "__main__":
+    main()
