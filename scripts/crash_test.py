@@ -11,6 +11,7 @@ database check failed, or the server misbehaved. Only loopback traffic; every lo
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import random
@@ -61,6 +62,18 @@ def bootstrap(url: str) -> str:
         store.close()
 
 
+STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    """Whatever happens to a test, no server it started outlives the script."""
+    for process in STARTED:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+
 class Server:
     def __init__(self, url: str, log: Path):
         self.url, self.log = url, log
@@ -83,6 +96,7 @@ class Server:
         self.process = subprocess.Popen(
             command, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT
         )
+        STARTED.append(self.process)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

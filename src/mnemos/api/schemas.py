@@ -53,6 +53,23 @@ class MemoryCreate(BaseModel):
 
 
 class StoreMemoryRequest(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "memory": {
+                        "content": "Every retry loop has a maximum attempt count.",
+                        "system": "long_term",
+                        "type": "procedural",
+                        "segment": "guideline",
+                        "scope": "agent",
+                        "thought": "The team's review guideline",
+                    }
+                }
+            ]
+        }
+    )
+
     memory: MemoryCreate
 
 
