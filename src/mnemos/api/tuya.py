@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -83,6 +84,21 @@ async def caller(
     return await run_in_threadpool(TuyaAuth(svc.store).caller, request)
 
 
+@dataclass(frozen=True)
+class RoleParams:
+    bind_role_type: str | None
+    role_id: str | None
+
+
+def role_params(
+    bind_role_type: str | None = Query(
+        None, description="0 custom role, 1 template role, 2 single role (no role)"
+    ),
+    role_id: str | None = Query(None, description="The role; required for types 0 and 1"),
+) -> RoleParams:
+    return RoleParams(bind_role_type, role_id)
+
+
 def _flag(value: str | None) -> bool:
     if value is None or value.lower() in ("false", "0", ""):
         return False
@@ -117,14 +133,13 @@ def refresh(
 def list_memories(
     request: Request,
     device_id: str,
-    bind_role_type: str | None = Query(None),
-    role_id: str | None = Query(None),
+    role: RoleParams = Depends(role_params),
     who: TuyaCaller = Depends(caller),
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """The device's memories for a role, grouped by effective scope."""
     memories = tuya(svc)[1]
-    binding = memories.binding(who, bind_role_type, role_id)
+    binding = memories.binding(who, role.bind_role_type, role.role_id)
     return envelope(request, memories.list_groups(who, device_id, binding))
 
 
@@ -158,8 +173,7 @@ async def write_memories(
 def delete_memories(
     request: Request,
     device_id: str,
-    bind_role_type: str | None = Query(None),
-    role_id: str | None = Query(None),
+    role: RoleParams = Depends(role_params),
     clear_all_memory: str | None = Query(None),
     memory_keys: str | None = Query(None),
     who: TuyaCaller = Depends(caller),
@@ -167,7 +181,7 @@ def delete_memories(
 ) -> JSONResponse:
     """Delete keys (at most 20, comma-separated) or, with `clear_all_memory`, everything."""
     memories = tuya(svc)[1]
-    binding = memories.binding(who, bind_role_type, role_id)
+    binding = memories.binding(who, role.bind_role_type, role.role_id)
     clear_all = _flag(clear_all_memory)
     memories.delete(who, device_id, binding, memories.parse_keys(memory_keys, clear_all), clear_all)
     return envelope(request, True)
@@ -189,14 +203,13 @@ def memory_switch(
 def clear_context(
     request: Request,
     device_id: str,
-    bind_role_type: str | None = Query(None),
-    role_id: str | None = Query(None),
+    role: RoleParams = Depends(role_params),
     who: TuyaCaller = Depends(caller),
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """Mnemos keeps no device chat context, so there is nothing to clear; parameters are checked."""
     memories = tuya(svc)[1]
     TuyaMemories.device(device_id)
-    if bind_role_type is not None:
-        memories.binding(who, bind_role_type, role_id)
+    if role.bind_role_type is not None:
+        memories.binding(who, role.bind_role_type, role.role_id)
     return envelope(request, True)
