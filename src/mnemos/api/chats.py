@@ -68,7 +68,7 @@ def participant_json(p: Participant) -> dict[str, Any]:
 def _routes(router: APIRouter, caller: Callable[..., AgentContext | UserContext]) -> None:
     """The same room endpoints for either kind of caller."""
 
-    def actor(ctx: AgentContext | UserContext = Depends(caller)) -> Actor:
+    async def actor(ctx: AgentContext | UserContext = Depends(caller)) -> Actor:
         return actor_of(ctx)
 
     @router.post(

@@ -28,7 +28,7 @@ class Services:
     tokens: TokenVerifier
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
     found: Services = request.app.state.services
     return found
 

@@ -59,7 +59,7 @@ class ListQuery:
     filters: Filters
 
 
-def list_query(
+async def list_query(
     cursor: str | None = Query(None, max_length=512, description="Opaque keyset cursor"),
     limit: int | None = Query(None, description="1-100, default 20"),
     page: int | None = Query(None, description="Deprecated offset page, from 1"),
@@ -71,7 +71,10 @@ def list_query(
     content_query: str | None = Query(None, description="Full-text search"),
     svc: Services = Depends(services),
 ) -> ListQuery:
-    """The query parameters every memory list shares (declare it after the caller's auth)."""
+    """The query parameters every memory list shares (declare it after the caller's auth).
+
+    Async because it only parses: a sync dependency would cost a thread-pool hop per request.
+    """
     return ListQuery(
         page=page_request(svc, cursor, limit, page, page_size),
         filters=list_filters(svc, system, type, segment, status, content_query),

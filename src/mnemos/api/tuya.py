@@ -90,7 +90,7 @@ class RoleParams:
     role_id: str | None
 
 
-def role_params(
+async def role_params(
     bind_role_type: str | None = Query(
         None, description="0 custom role, 1 template role, 2 single role (no role)"
     ),
