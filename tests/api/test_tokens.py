@@ -99,3 +99,44 @@ def test_configured_secret_signs_and_checks(settings: Settings, store: Store, wo
         assert client.get(ME, headers=bearer(token)).status_code == 200
         database_signed = issue_token(store, uuid.UUID(ann.id), 60)
         assert client.get(ME, headers=bearer(database_signed)).status_code == 401
+
+
+def test_external_provider_by_jwks_url(
+    settings: Settings, store: Store, world: World, idp: dict[str, Any]
+) -> None:
+    """The keys come from the provider's JWKS endpoint (a local HTTP server here)."""
+    import http.server
+    import threading
+
+    body = idp["path"].read_bytes()
+
+    class Jwks(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's API
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Jwks)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/.well-known/jwks.json"
+    configured = settings.model_copy(
+        update={"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwks_url": url}
+    )
+    ann = world.user("Ann", "acme")
+    now = int(time.time())
+    claims = {"sub": ann.id, "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 60}
+    try:
+        with TestClient(create_app(configured, store)) as client:
+            good = jwt.encode(claims, idp["key"], algorithm="RS256", headers={"kid": "k1"})
+            assert client.get(ME, headers=bearer(good)).json()["data"]["id"] == ann.id
+            stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            bad = jwt.encode(claims, stranger, algorithm="RS256", headers={"kid": "k1"})
+            assert client.get(ME, headers=bearer(bad)).status_code == 401
+            unknown_kid = jwt.encode(claims, idp["key"], algorithm="RS256", headers={"kid": "nope"})
+            assert client.get(ME, headers=bearer(unknown_kid)).status_code == 401
+    finally:
+        server.shutdown()
