@@ -337,7 +337,13 @@ def main() -> None:
     parser.add_argument(
         "--requests", type=int, default=500, help="requests per path with 1 client (x4 with 8)"
     )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON results go")
+    parser.add_argument("--report", action="store_true", help="only print the saved tables")
     args = parser.parse_args()
+    if args.report:
+        for path in sorted(args.out.glob("*.json")):
+            print(markdown(json.loads(path.read_text())))
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     header = f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n"
     print(header)
