@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +146,3 @@ def _cleanup() -> Any:
     yield
     STORE.close()
     shutil.rmtree(DB.parent, ignore_errors=True)
-
-
-_ = uuid  # ids come from the seeded world

@@ -19,7 +19,10 @@ from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.pagination import CursorCodec
 from mnemos.domain.rooms import RoomService
+from mnemos.domain.superagent import SuperagentMemories
 from mnemos.domain.tokens import TokenVerifier
+from mnemos.domain.tuya import TuyaMemories
+from mnemos.domain.tuya_auth import TuyaAuth
 from mnemos.errors import StorageUnavailable
 from mnemos.ratelimit import build_limiter
 from mnemos.storage import open_store
@@ -39,6 +42,9 @@ def build_services(settings: Settings, store: Store | None = None) -> Services:
         human=HumanMemoryService(memories),
         rooms=RoomService(store),
         tokens=TokenVerifier(settings, store),
+        tuya_auth=TuyaAuth(store),
+        tuya=TuyaMemories(store),
+        superagent=SuperagentMemories(store),
     )
 
 

@@ -13,7 +13,10 @@ from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.models import AgentContext, UserContext
 from mnemos.domain.rooms import RoomService
+from mnemos.domain.superagent import SuperagentMemories
 from mnemos.domain.tokens import TokenVerifier
+from mnemos.domain.tuya import TuyaMemories
+from mnemos.domain.tuya_auth import TuyaAuth
 from mnemos.errors import Unauthorized
 from mnemos.storage.base import Store
 
@@ -26,6 +29,9 @@ class Services:
     human: HumanMemoryService
     rooms: RoomService
     tokens: TokenVerifier
+    tuya_auth: TuyaAuth
+    tuya: TuyaMemories
+    superagent: SuperagentMemories
 
 
 async def services(request: Request) -> Services:

@@ -12,7 +12,7 @@ from mnemos.api.responses import errors
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.ids import iso
 from mnemos.domain.models import UserContext
-from mnemos.domain.superagent import SuperagentMemories, is_user_memory
+from mnemos.domain.superagent import is_user_memory
 from mnemos.errors import Unauthorized
 
 router = APIRouter(prefix="/api/agents", tags=["Superagent memories"])
@@ -58,7 +58,7 @@ def list_memory(
     agent_id: str, ctx: UserContext = Depends(person), svc: Services = Depends(services)
 ) -> JSONResponse:
     """The agent's global memories and your own user memories: the 200 most recent, newest first."""
-    rows = SuperagentMemories(svc.store).recent(ctx, agent_id)
+    rows = svc.superagent.recent(ctx, agent_id)
     return JSONResponse(
         [
             {
@@ -88,5 +88,5 @@ def delete_memory(
     svc: Services = Depends(services),
 ) -> Response:
     """Deletes one of your own user memories; global memories are refused (403)."""
-    SuperagentMemories(svc.store).delete(ctx, agent_id, memory_id)
+    svc.superagent.delete(ctx, agent_id, memory_id)
     return Response(status_code=204)

@@ -21,7 +21,7 @@ from fastapi.routing import APIRoute
 
 from mnemos.api.deps import Services, services
 from mnemos.domain.tuya import TuyaMemories
-from mnemos.domain.tuya_auth import SignedRequest, TuyaAuth, TuyaCaller, TuyaError, param_illegal
+from mnemos.domain.tuya_auth import SignedRequest, TuyaCaller, TuyaError, param_illegal
 from mnemos.errors import MnemosError, StorageUnavailable
 
 DEVICE = "/v1.0/cloud/agent/ai/chat/b/devices/{device_id}"
@@ -64,10 +64,6 @@ class TuyaRoute(APIRoute):
 router = APIRouter(tags=["Tuya device memories"], route_class=TuyaRoute)
 
 
-def tuya(svc: Services) -> tuple[TuyaAuth, TuyaMemories]:
-    return TuyaAuth(svc.store), TuyaMemories(svc.store)
-
-
 async def signed(request: Request) -> SignedRequest:
     return SignedRequest(
         method=request.method,
@@ -81,7 +77,7 @@ async def signed(request: Request) -> SignedRequest:
 async def caller(
     request: SignedRequest = Depends(signed), svc: Services = Depends(services)
 ) -> TuyaCaller:
-    return await run_in_threadpool(TuyaAuth(svc.store).caller, request)
+    return await run_in_threadpool(svc.tuya_auth.caller, request)
 
 
 @dataclass(frozen=True)
@@ -115,7 +111,7 @@ def token(
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """`grant_type=1`: an access and a refresh token for a correctly signed project."""
-    return envelope(request, tuya(svc)[0].grant(signature, grant_type))
+    return envelope(request, svc.tuya_auth.grant(signature, grant_type))
 
 
 @router.get("/v1.0/token/{refresh_token}", summary="Refresh an access token")
@@ -126,7 +122,7 @@ def refresh(
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """A new token pair; the old pair stops working."""
-    return envelope(request, tuya(svc)[0].refresh(signature, refresh_token))
+    return envelope(request, svc.tuya_auth.refresh(signature, refresh_token))
 
 
 @router.get(f"{DEVICE}/memories", summary="Query memory list")
@@ -138,7 +134,7 @@ def list_memories(
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """The device's memories for a role, grouped by effective scope."""
-    memories = tuya(svc)[1]
+    memories = svc.tuya
     binding = memories.binding(who, role.bind_role_type, role.role_id)
     return envelope(request, memories.list_groups(who, device_id, binding))
 
@@ -157,7 +153,7 @@ async def write_memories(
         raise param_illegal("body", "must be a JSON object") from None
     if not isinstance(body, dict):
         raise param_illegal("body", "must be a JSON object")
-    memories = tuya(svc)[1]
+    memories = svc.tuya
 
     def run() -> None:
         binding = memories.binding(who, body.get("bind_role_type"), body.get("role_id"))
@@ -180,7 +176,7 @@ def delete_memories(
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """Delete keys (at most 20, comma-separated) or, with `clear_all_memory`, everything."""
-    memories = tuya(svc)[1]
+    memories = svc.tuya
     binding = memories.binding(who, role.bind_role_type, role.role_id)
     clear_all = _flag(clear_all_memory)
     memories.delete(who, device_id, binding, memories.parse_keys(memory_keys, clear_all), clear_all)
@@ -196,7 +192,7 @@ def memory_switch(
 ) -> JSONResponse:
     """Whether memory is on for this project's organization."""
     TuyaMemories.device(device_id)
-    return envelope(request, tuya(svc)[1].switch(who))
+    return envelope(request, svc.tuya.switch(who))
 
 
 @router.delete(f"{DEVICE}/chat-context", summary="Clear chat context")
@@ -208,7 +204,7 @@ def clear_context(
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """Mnemos keeps no device chat context, so there is nothing to clear; parameters are checked."""
-    memories = tuya(svc)[1]
+    memories = svc.tuya
     TuyaMemories.device(device_id)
     if role.bind_role_type is not None:
         memories.binding(who, role.bind_role_type, role.role_id)
