@@ -108,7 +108,8 @@ def explain(store: SqlStore, query: MemoryQuery) -> str:
     sa.event.listen(engine, "before_cursor_execute", rewrite, retval=True)
     try:
         with engine.connect() as conn:
-            rows = conn.execute(store.list_statement(query, limit=21)).cursor.fetchall()
+            statement, params = store.list_statement(query, limit=21)
+            rows = conn.execute(statement, params).cursor.fetchall()
     finally:
         sa.event.remove(engine, "before_cursor_execute", rewrite)
     if engine.dialect.name == "sqlite":

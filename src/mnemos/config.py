@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(default=500, ge=1)
     sqlite_synchronous: str = "FULL"
     db_pool_size: int = Field(default=8, ge=1, le=200)
+    # Threads that run blocking database work per process. Few is fast: each request's Python
+    # work holds the interpreter lock, and many threads contend for it (see BENCHMARKS.md).
+    worker_threads: int = Field(default=2, ge=1, le=200)
     # Requests per minute per caller (API key, token or Tuya client; else client address); 0 = off.
     rate_limit_per_minute: int = Field(default=3000, ge=0)
     redis_url: str = ""

@@ -1,5 +1,9 @@
+import uuid
+
 import pytest
 
+from mnemos.domain.models import Scope
+from mnemos.domain.queries import Audience
 from mnemos.domain.search import MAX_TERMS, parse_search, words_of
 from mnemos.errors import ValidationFailed
 from mnemos.storage.postgres import tsquery
@@ -52,5 +56,16 @@ def test_too_long_and_too_many_terms_are_refused() -> None:
 
 def test_backend_expressions_quote_every_term() -> None:
     query = parse_search('and "not this" or', 500)
-    assert fts5_query(query) == '"and"* "or"* "not this"'
+    assert fts5_query(query) == '{search_text} : ("and"* "or"* "not this")'
     assert tsquery(query) == "and:* & or:* & (not <-> this)"
+
+
+def test_sqlite_search_adds_the_narrowest_scope_token() -> None:
+    agent, org = uuid.uuid4(), uuid.uuid4()
+    query = parse_search("harbor", 500)
+    narrowest = fts5_query(query, Audience(source_agent_id=agent, organization_id=org))
+    assert narrowest == f'{{search_text}} : ("harbor"*) AND {{scope}} : "zzag{agent.hex}"'
+    org_wide = fts5_query(query, Audience(organization_id=org, scopes=(Scope.ORGANIZATION,)))
+    assert org_wide.endswith(f'{{scope}} : "zzorg{org.hex}"')
+    # A branch with no owner column to name (room membership) searches the words alone.
+    assert "{scope}" not in fts5_query(query, Audience(room_member_user_id=agent))

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import Depends, FastAPI
-from fastapi.responses import JSONResponse
 
 from mnemos import __version__
 from mnemos.api import band_agent, band_human, chats, superagent, tuya
 from mnemos.api.deps import Services, services
 from mnemos.api.errors import install_error_handlers
 from mnemos.api.middleware import RateLimitMiddleware, RequestContextMiddleware
-from mnemos.api.responses import errors
+from mnemos.api.responses import JSONResponse, errors
 from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
@@ -55,6 +55,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Blocking work (every synchronous route and dependency) runs in this many threads.
+        to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         app.state.services = build_services(settings, store)
         yield
         if owns_store:

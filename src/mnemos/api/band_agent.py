@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Header, Query
-from fastapi.responses import JSONResponse
 
 from mnemos.api.deps import Services, agent_caller, services
 from mnemos.api.params import ListQuery, list_query
-from mnemos.api.responses import data, errors, memory_page
+from mnemos.api.responses import JSONResponse, data, errors, memory_page
 from mnemos.api.schemas import (
     AgentMeEnvelope,
     MemoryEnvelope,

@@ -9,11 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from mnemos.api.deps import Services, agent_caller, services, user_caller
-from mnemos.api.responses import data, errors
+from mnemos.api.responses import JSONResponse, data, errors
 from mnemos.domain.ids import iso
 from mnemos.domain.models import AgentContext, ChatRoom, Participant, Role, RoomType, UserContext
 from mnemos.domain.pagination import OffsetPage, offset_meta

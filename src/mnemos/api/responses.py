@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi.responses import JSONResponse
+import orjson
+from starlette.responses import JSONResponse as StarletteJSONResponse
 
 from mnemos.api.schemas import ErrorEnvelope, memory_json
 from mnemos.domain.memories import MemoryPage
 from mnemos.domain.pagination import SUNSET
+
+
+class JSONResponse(StarletteJSONResponse):
+    """Every JSON answer: encoded by orjson (UTF-8, compact), several times faster than `json`."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
-from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials
 from pydantic import BaseModel
 
 from mnemos.api.deps import Services, bearer, services
-from mnemos.api.responses import errors
+from mnemos.api.responses import JSONResponse, errors
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.ids import iso
 from mnemos.domain.models import UserContext

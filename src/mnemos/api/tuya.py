@@ -16,10 +16,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from mnemos.api.deps import Services, services
+from mnemos.api.responses import JSONResponse
 from mnemos.domain.tuya import TuyaMemories
 from mnemos.domain.tuya_auth import SignedRequest, TuyaCaller, TuyaError, param_illegal
 from mnemos.errors import MnemosError, StorageUnavailable

@@ -45,4 +45,5 @@ def try_uuid(value: str) -> uuid.UUID | None:
 
 def iso(moment: datetime) -> str:
     """UTC ISO 8601 with microseconds and a `Z`, the wire form of every timestamp."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat (C) instead of strftime: this runs for every timestamp of every answer.
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"

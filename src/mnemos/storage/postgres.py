@@ -7,10 +7,13 @@ both backends index exactly the same words.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import Insert
 
+from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.storage.sql import SqlStore
 
@@ -48,10 +51,13 @@ class PostgresStore(SqlStore):
         )
         super().__init__(read_engine=engine, write_engine=engine)
 
-    def _search_clause(self, search: SearchQuery) -> sa.ColumnElement[bool]:
+    def _search_clause(self, param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
         return sa.literal_column("memories.search").op("@@")(
-            sa.func.to_tsquery(sa.literal_column("'simple'::regconfig"), tsquery(search))
+            sa.func.to_tsquery(sa.literal_column("'simple'::regconfig"), param)
         )
+
+    def _search_value(self, search: SearchQuery, audience: Audience) -> str:  # noqa: ARG002
+        return tsquery(search)
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()

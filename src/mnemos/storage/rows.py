@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,7 +21,33 @@ from mnemos.domain.models import (
 from mnemos.domain.search import index_text
 from mnemos.storage.schema import agents, memories, organizations, users
 
-MEMORY_COLUMNS = [column for column in memories.c if column.name not in ("pk", "search_text")]
+# The columns a memory is read from, in the order `to_memory` unpacks them.
+MEMORY_COLUMNS = [
+    memories.c[name]
+    for name in (
+        "id",
+        "content",
+        "thought",
+        "system",
+        "type",
+        "segment",
+        "scope",
+        "subject_id",
+        "organization_id",
+        "source_agent_id",
+        "chat_room_id",
+        "metadata",
+        "status",
+        "inserted_at",
+        "updated_at",
+    )
+]
+# Enum members by stored value: a dict lookup, where calling the enum class is several times slower.
+_SYSTEMS = {member.value: member for member in System}
+_TYPES = {member.value: member for member in MemoryType}
+_SEGMENTS = {member.value: member for member in Segment}
+_SCOPES = {member.value: member for member in Scope}
+_STATUSES = {member.value: member for member in Status}
 
 
 def memory_values(memory: Memory) -> dict[str, Any]:
@@ -44,24 +71,26 @@ def memory_values(memory: Memory) -> dict[str, Any]:
     }
 
 
-def to_memory(row: sa.Row[Any]) -> Memory:
-    m = row._mapping
+def to_memory(row: Sequence[Any]) -> Memory:
+    """A memory from a row of `MEMORY_COLUMNS` (the hot path of every list: positional reads)."""
+    (id_, content, thought, system, type_, segment, scope, subject_id, organization_id,
+     source_agent_id, chat_room_id, metadata, status, inserted_at, updated_at) = row  # fmt: skip
     return Memory(
-        id=m["id"],
-        content=m["content"],
-        thought=m["thought"],
-        system=System(m["system"]),
-        type=MemoryType(m["type"]),
-        segment=Segment(m["segment"]),
-        scope=Scope(m["scope"]),
-        subject_id=m["subject_id"],
-        organization_id=m["organization_id"],
-        source_agent_id=m["source_agent_id"],
-        chat_room_id=m["chat_room_id"],
-        metadata=m["metadata"] or {},
-        status=Status(m["status"]),
-        inserted_at=m["inserted_at"],
-        updated_at=m["updated_at"],
+        id=id_,
+        content=content,
+        thought=thought,
+        system=_SYSTEMS[system],
+        type=_TYPES[type_],
+        segment=_SEGMENTS[segment],
+        scope=_SCOPES[scope],
+        subject_id=subject_id,
+        organization_id=organization_id,
+        source_agent_id=source_agent_id,
+        chat_room_id=chat_room_id,
+        metadata=metadata or {},
+        status=_STATUSES[status],
+        inserted_at=inserted_at,
+        updated_at=updated_at,
     )
 
 

@@ -36,6 +36,19 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
+    # SQLite keeps the text SQLAlchemy's DATETIME writes ("2026-11-30 06:06:30.123456"). Reading
+    # it with `datetime.fromisoformat` (C) instead of the dialect's regular expression roughly
+    # halves the cost of every listed timestamp; other dialects keep the generic path.
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        if dialect.name != "sqlite":
+            return super().result_processor(dialect, coltype)
+        parse = datetime.fromisoformat
+
+        def process(value: str | None) -> datetime | None:
+            return None if value is None else parse(value).replace(tzinfo=UTC)
+
+        return process
+
 
 PK = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

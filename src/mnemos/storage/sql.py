@@ -7,7 +7,7 @@ query (`_search_clause`) and how they insert-or-ignore (`_insert_ignore`): see `
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -98,94 +98,39 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
             if new:
                 conn.execute(memories.insert(), [memory_values(m) for m in new])
 
-    def _audience(self, audience: Audience) -> sa.ColumnElement[bool]:
-        parts: list[sa.ColumnElement[bool]] = []
-        if audience.scopes is not None:
-            parts.append(M.scope.in_([scope.value for scope in audience.scopes]))
-        if audience.source_agent_id is not None:
-            parts.append(M.source_agent_id == audience.source_agent_id)
-        if audience.organization_id is not None:
-            parts.append(M.organization_id == audience.organization_id)
-        if audience.subject_id is not None:
-            parts.append(M.subject_id == audience.subject_id)
-        if audience.room_member_user_id is not None:
-            rooms = sa.select(chat_participants.c.chat_room_id).where(
-                chat_participants.c.participant_id == audience.room_member_user_id
-            )
-            parts.append(M.chat_room_id.in_(rooms))
-        if audience.source_agent_owner_id is not None:
-            owned = sa.select(agents.c.id).where(
-                agents.c.owner_id == audience.source_agent_owner_id
-            )
-            parts.append(M.source_agent_id.in_(owned))
-        if audience.chat_room_id is not None:
-            parts.append(M.chat_room_id == audience.chat_room_id)
-        if audience.without_subject:
-            parts.append(M.subject_id.is_(None))
-        return sa.and_(*parts)
-
-    def _filters(self, query: MemoryQuery) -> list[sa.ColumnElement[bool]]:
-        conditions: list[sa.ColumnElement[bool]] = []
-        if len(query.statuses) < len(Status):
-            conditions.append(M.status.in_([status.value for status in query.statuses]))
-        for column, value in (
-            (M.system, query.system),
-            (M.type, query.type),
-            (M.segment, query.segment),
-        ):
-            if value is not None:
-                conditions.append(column == value.value)
-        for column, ident in (
-            (M.subject_id, query.subject_id),
-            (M.source_agent_id, query.source_agent_id),
-            (M.chat_room_id, query.chat_room_id),
-            (M.id, query.memory_id),
-        ):
-            if ident is not None:
-                conditions.append(column == ident)
-        if query.search is not None:
-            conditions.append(self._search_clause(query.search))
-        return conditions
-
-    @staticmethod
-    def _after(position: Position) -> sa.ColumnElement[bool]:
-        return sa.tuple_(M.inserted_at, M.id) < sa.tuple_(
-            sa.literal(position.inserted_at, UTCDateTime()), sa.literal(position.id, sa.Uuid())
-        )
-
-    def _matching_keys(
-        self, query: MemoryQuery, after: Position | None, depth: int | None
-    ) -> sa.Subquery:
-        """`(inserted_at, id)` of every match: one newest-first branch per audience, unioned.
-
-        Each branch can walk its own index in order and stop after `depth` rows, so a page of a
-        union of audiences costs a few short index scans instead of one filtered sort.
-        """
-        common = self._filters(query)
-        if after is not None:
-            common.append(self._after(after))
-        branches = []
-        for audience in query.audiences:
-            branch = sa.select(M.inserted_at, M.id).where(self._audience(audience), *common)
-            if depth is not None:
-                branch = branch.order_by(M.inserted_at.desc(), M.id.desc()).limit(depth)
-            inner = branch.subquery()
-            branches.append(sa.select(inner.c.inserted_at, inner.c.id))
-        return sa.union(*branches).subquery("matches")
+    # --- lists -----------------------------------------------------------------------------
+    #
+    # A list's SQL depends only on the query's shape (which fields are set), never on its values,
+    # so each shape is built once and cached with named bound parameters; a request only computes
+    # the parameters. Building a SELECT costs SQLAlchemy more than SQLite takes to run it.
 
     def list_statement(
         self, query: MemoryQuery, *, limit: int, after: Position | None = None, offset: int = 0
-    ) -> sa.Select[Any]:
-        """The SELECT behind `list_memories` (also used to show query plans)."""
-        if len(query.audiences) == 1:
-            conditions = [self._audience(query.audiences[0]), *self._filters(query)]
-            if after is not None:
-                conditions.append(self._after(after))
-            statement = sa.select(*MEMORY_COLUMNS).where(*conditions)
-        else:
-            keys = self._matching_keys(query, after, depth=limit + offset)
-            statement = sa.select(*MEMORY_COLUMNS).join(keys, keys.c.id == M.id)
-        return statement.order_by(M.inserted_at.desc(), M.id.desc()).limit(limit).offset(offset)
+    ) -> tuple[sa.Select[Any], dict[str, Any]]:
+        """The SELECT behind `list_memories` and its parameters (also used to show plans)."""
+        union = len(query.audiences) > 1
+        params = self._list_params(query, after)
+        params["limit"] = limit
+        params["offset"] = offset
+        if union:
+            params["depth"] = limit + offset
+        shape = ("list", self._shape(query), after is not None)
+        statement = self._statements.get(shape)
+        if statement is None:
+            if union:
+                keys = self._matching_keys(query, after is not None, depth=True)
+                statement = sa.select(*MEMORY_COLUMNS).join(keys, keys.c.id == M.id)
+            else:
+                statement = sa.select(*MEMORY_COLUMNS).where(
+                    *self._branch_conditions(query, 0, after is not None)
+                )
+            statement = (
+                statement.order_by(M.inserted_at.desc(), M.id.desc())
+                .limit(sa.bindparam("limit", type_=sa.Integer()))
+                .offset(sa.bindparam("offset", type_=sa.Integer()))
+            )
+            self._remember(shape, statement)
+        return statement, params
 
     def list_memories(
         self,
@@ -197,14 +142,158 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
     ) -> Sequence[Memory]:
         if not query.audiences:
             return []
-        statement = self.list_statement(query, limit=limit, after=after, offset=offset)
+        statement, params = self.list_statement(query, limit=limit, after=after, offset=offset)
         with self._read() as conn:
-            return [to_memory(row) for row in conn.execute(statement)]
+            return [to_memory(row) for row in conn.execute(statement, params)]
 
     def count_memories(self, query: MemoryQuery) -> int:
         if not query.audiences:
             return 0
-        keys = self._matching_keys(query, after=None, depth=None)
-        statement = sa.select(sa.func.count()).select_from(keys)
+        shape = ("count", self._shape(query), False)
+        statement = self._statements.get(shape)
+        if statement is None:
+            keys = self._matching_keys(query, after=False, depth=False)
+            statement = sa.select(sa.func.count()).select_from(keys)
+            self._remember(shape, statement)
         with self._read() as conn:
-            return int(conn.execute(statement).scalar_one())
+            return int(conn.execute(statement, self._list_params(query, None)).scalar_one())
+
+    def _remember(self, shape: tuple[Any, ...], statement: sa.Select[Any]) -> None:
+        if len(self._statements) >= MAX_CACHED_STATEMENTS:
+            self._statements.clear()
+        self._statements[shape] = statement
+
+    def _shape(self, query: MemoryQuery) -> tuple[Any, ...]:
+        """Which parts of a query are set: equal shapes have equal SQL."""
+        return (
+            tuple(
+                (tuple(name for name, _ in _audience_values(a)), a.without_subject)
+                for a in query.audiences
+            ),
+            tuple(name for name, _ in _filter_values(query)),
+            query.search is not None,
+        )
+
+    def _list_params(self, query: MemoryQuery, after: Position | None) -> dict[str, Any]:
+        params = {f"f_{name}": value for name, value in _filter_values(query)}
+        for i, audience in enumerate(query.audiences):
+            for name, value in _audience_values(audience):
+                params[f"a{i}_{name}"] = value
+            if query.search is not None:
+                params[f"a{i}_search"] = self._search_value(query.search, audience)
+        if after is not None:
+            params["after_at"] = after.inserted_at
+            params["after_id"] = after.id
+        return params
+
+    def _branch_conditions(
+        self, query: MemoryQuery, index: int, after: bool
+    ) -> list[sa.ColumnElement[bool]]:
+        """Audience `index` of the query, its filters, its search and the keyset position."""
+        audience = query.audiences[index]
+        conditions = [
+            _AUDIENCE_SQL[name](sa.bindparam(f"a{index}_{name}", expanding=name == "scopes"))
+            for name, _ in _audience_values(audience)
+        ]
+        if audience.without_subject:
+            conditions.append(M.subject_id.is_(None))
+        conditions += [
+            _FILTER_SQL[name](sa.bindparam(f"f_{name}", expanding=name == "statuses"))
+            for name, _ in _filter_values(query)
+        ]
+        if query.search is not None:
+            conditions.append(self._search_clause(sa.bindparam(f"a{index}_search")))
+        if after:
+            conditions.append(
+                sa.tuple_(M.inserted_at, M.id)
+                < sa.tuple_(
+                    sa.bindparam("after_at", type_=UTCDateTime()),
+                    sa.bindparam("after_id", type_=sa.Uuid()),
+                )
+            )
+        return conditions
+
+    def _matching_keys(self, query: MemoryQuery, after: bool, depth: bool) -> sa.Subquery:
+        """`(inserted_at, id)` of every match: one newest-first branch per audience, unioned.
+
+        Each branch can walk its own index in order and stop after `depth` rows, so a page of a
+        union of audiences costs a few short index scans instead of one filtered sort.
+        """
+        branches = []
+        for index in range(len(query.audiences)):
+            branch = sa.select(M.inserted_at, M.id).where(
+                *self._branch_conditions(query, index, after)
+            )
+            if depth:
+                branch = branch.order_by(M.inserted_at.desc(), M.id.desc()).limit(
+                    sa.bindparam("depth", type_=sa.Integer())
+                )
+            inner = branch.subquery()
+            branches.append(sa.select(inner.c.inserted_at, inner.c.id))
+        return sa.union(*branches).subquery("matches")
+
+
+MAX_CACHED_STATEMENTS = 512
+
+_AUDIENCE_FIELDS = (
+    "scopes",
+    "source_agent_id",
+    "organization_id",
+    "subject_id",
+    "room_member_user_id",
+    "source_agent_owner_id",
+    "chat_room_id",
+)
+
+
+def _audience_values(audience: Audience) -> list[tuple[str, Any]]:
+    """The fields an audience pins, in a fixed order, as bound values."""
+    values: list[tuple[str, Any]] = []
+    for name in _AUDIENCE_FIELDS:
+        value = getattr(audience, name)
+        if value is not None:
+            values.append((name, [scope.value for scope in value] if name == "scopes" else value))
+    return values
+
+
+_AUDIENCE_SQL: dict[str, Callable[[Any], sa.ColumnElement[bool]]] = {
+    "scopes": M.scope.in_,
+    "source_agent_id": lambda p: M.source_agent_id == p,
+    "organization_id": lambda p: M.organization_id == p,
+    "subject_id": lambda p: M.subject_id == p,
+    "room_member_user_id": lambda p: M.chat_room_id.in_(
+        sa.select(chat_participants.c.chat_room_id).where(chat_participants.c.participant_id == p)
+    ),
+    "source_agent_owner_id": lambda p: M.source_agent_id.in_(
+        sa.select(agents.c.id).where(agents.c.owner_id == p)
+    ),
+    "chat_room_id": lambda p: M.chat_room_id == p,
+}
+
+
+def _filter_values(query: MemoryQuery) -> list[tuple[str, Any]]:
+    """The narrowing filters a query sets, in a fixed order, as bound values."""
+    values: list[tuple[str, Any]] = []
+    if len(query.statuses) < len(Status):
+        values.append(("statuses", [status.value for status in query.statuses]))
+    for name in ("system", "type", "segment"):
+        taxonomy = getattr(query, name)
+        if taxonomy is not None:
+            values.append((name, taxonomy.value))
+    for name in ("subject_id", "source_agent_id", "chat_room_id", "memory_id"):
+        ident = getattr(query, name)
+        if ident is not None:
+            values.append((name, ident))
+    return values
+
+
+_FILTER_SQL: dict[str, Callable[[Any], sa.ColumnElement[bool]]] = {
+    "statuses": M.status.in_,
+    "system": lambda p: M.system == p,
+    "type": lambda p: M.type == p,
+    "segment": lambda p: M.segment == p,
+    "subject_id": lambda p: M.subject_id == p,
+    "source_agent_id": lambda p: M.source_agent_id == p,
+    "chat_room_id": lambda p: M.chat_room_id == p,
+    "memory_id": lambda p: M.id == p,
+}

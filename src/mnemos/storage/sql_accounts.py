@@ -24,6 +24,37 @@ from mnemos.storage.schema import (
 from mnemos.storage.sql_base import SqlBase
 
 
+def _live_key(kind: KeyKind) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        api_keys.c.key_hash == sa.bindparam("key_hash"),
+        api_keys.c.kind == kind,
+        api_keys.c.revoked_at.is_(None),
+    )
+
+
+def _users_with_org(source: Any) -> sa.Select[Any]:
+    return sa.select(*USER_COLS, *ORG_COLS).select_from(
+        source.outerjoin(organizations, organizations.c.id == users.c.organization_id)
+    )
+
+
+# The statements behind authentication run on every request: built once, with bound parameters,
+# so SQLAlchemy neither rebuilds them nor recomputes their cache keys.
+_AGENT_BY_KEY = (
+    sa.select(*AGENT_COLS, *USER_COLS, *ORG_COLS)
+    .select_from(
+        api_keys.join(agents, agents.c.id == api_keys.c.principal_id)
+        .join(users, users.c.id == agents.c.owner_id)
+        .outerjoin(organizations, organizations.c.id == users.c.organization_id)
+    )
+    .where(_live_key("agent"))
+)
+_USER_BY_KEY = _users_with_org(users.join(api_keys, api_keys.c.principal_id == users.c.id)).where(
+    _live_key("user")
+)
+_USER_BY_ID = _users_with_org(users).where(users.c.id == sa.bindparam("user_id"))
+
+
 class AccountsSql(SqlBase):
     """Accounts part of the SQL store."""
 
@@ -87,55 +118,27 @@ class AccountsSql(SqlBase):
                 )
             )
 
-    def _live_key(self, key_hash: str, kind: KeyKind) -> sa.ColumnElement[bool]:
-        return sa.and_(
-            api_keys.c.key_hash == key_hash,
-            api_keys.c.kind == kind,
-            api_keys.c.revoked_at.is_(None),
-        )
-
     def agent_by_key(self, key_hash: str) -> AgentContext | None:
-        query = (
-            sa.select(*AGENT_COLS, *USER_COLS, *ORG_COLS)
-            .select_from(
-                api_keys.join(agents, agents.c.id == api_keys.c.principal_id)
-                .join(users, users.c.id == agents.c.owner_id)
-                .outerjoin(organizations, organizations.c.id == users.c.organization_id)
-            )
-            .where(self._live_key(key_hash, "agent"))
-        )
         with self._read() as conn:
-            row = conn.execute(query).first()
+            row = conn.execute(_AGENT_BY_KEY, {"key_hash": key_hash}).first()
         if row is None:
             return None
         org = to_org(row, "o_") if row._mapping["o_id"] is not None else None
         return AgentContext(to_agent(row, "a_"), to_user(row, "u_"), org)
 
-    def _user_context(self, where: sa.ColumnElement[bool], *joins: Any) -> UserContext | None:
-        source: Any = users
-        for table, on in joins:
-            source = source.join(table, on)
-        query = (
-            sa.select(*USER_COLS, *ORG_COLS)
-            .select_from(
-                source.outerjoin(organizations, organizations.c.id == users.c.organization_id)
-            )
-            .where(where)
-        )
+    def _user_context(self, query: sa.Select[Any], params: dict[str, Any]) -> UserContext | None:
         with self._read() as conn:
-            row = conn.execute(query).first()
+            row = conn.execute(query, params).first()
         if row is None:
             return None
         org = to_org(row, "o_") if row._mapping["o_id"] is not None else None
         return UserContext(to_user(row, "u_"), org)
 
     def user_by_key(self, key_hash: str) -> UserContext | None:
-        return self._user_context(
-            self._live_key(key_hash, "user"), (api_keys, api_keys.c.principal_id == users.c.id)
-        )
+        return self._user_context(_USER_BY_KEY, {"key_hash": key_hash})
 
     def user_context(self, user_id: uuid.UUID) -> UserContext | None:
-        return self._user_context(users.c.id == user_id)
+        return self._user_context(_USER_BY_ID, {"user_id": user_id})
 
     # --- memories --------------------------------------------------------------------------
 

@@ -6,11 +6,13 @@ import abc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert
 
+from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.errors import InsufficientStorage, StorageUnavailable
 from mnemos.storage.schema import server_secrets
@@ -22,12 +24,17 @@ class SqlBase(abc.ABC):
     def __init__(self, read_engine: Engine, write_engine: Engine):
         self._read_engine = read_engine
         self._write_engine = write_engine
+        self._statements: dict[tuple[Any, ...], Any] = {}  # list SELECTs by query shape
 
     # --- dialect hooks ---------------------------------------------------------------------
 
     @abc.abstractmethod
-    def _search_clause(self, search: SearchQuery) -> sa.ColumnElement[bool]:
-        """A condition on `memories` that holds when the row's content matches `search`."""
+    def _search_clause(self, param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
+        """A condition on `memories` that holds when the row matches the search bound to `param`."""
+
+    @abc.abstractmethod
+    def _search_value(self, search: SearchQuery, audience: Audience) -> str:
+        """What to bind to `_search_clause`'s parameter for `search` within `audience`."""
 
     @abc.abstractmethod
     def _insert_ignore(self, table: sa.Table) -> Insert:

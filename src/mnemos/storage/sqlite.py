@@ -19,6 +19,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.sql.dml import Insert
 
+from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
@@ -26,11 +27,29 @@ from mnemos.storage.sql import SqlStore
 BUSY_TIMEOUT_MS = 30_000
 
 
-def fts5_query(search: SearchQuery) -> str:
-    """An FTS5 MATCH expression: every term quoted (so no operator survives), words as prefixes."""
+def fts5_query(search: SearchQuery, audience: Audience | None = None) -> str:
+    """An FTS5 MATCH expression: every term quoted (so no operator survives), words as prefixes,
+    all within the words column; plus the audience's most selective scope token, if it has one
+    (see migration 0005), so FTS5 intersects inside the index instead of returning every match.
+    """
     terms = [f'"{word}"*' for word in search.words]
     terms += ['"' + " ".join(phrase) + '"' for phrase in search.phrases]
-    return " ".join(terms)
+    expression = "{search_text} : (" + " ".join(terms) + ")"
+    token = scope_token(audience) if audience is not None else None
+    return f'{expression} AND {{scope}} : "{token}"' if token else expression
+
+
+def scope_token(audience: Audience) -> str | None:
+    """The FTS token of the narrowest owner an audience pins (what migration 0005 indexes)."""
+    for prefix, value in (
+        ("zzag", audience.source_agent_id),
+        ("zzsub", audience.subject_id),
+        ("zzroom", audience.chat_room_id),
+        ("zzorg", audience.organization_id),
+    ):
+        if value is not None:
+            return prefix + value.hex
+    return None
 
 
 def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine:
@@ -85,11 +104,16 @@ class SqliteStore(SqlStore):
         with self._guard(), self._read_engine.begin() as conn:
             yield conn
 
-    def _search_clause(self, search: SearchQuery) -> sa.ColumnElement[bool]:
-        matches = sa.text(
-            "SELECT rowid FROM memories_fts WHERE memories_fts MATCH :fts"
-        ).bindparams(fts=fts5_query(search))
+    def _search_clause(self, param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
+        matches: sa.Select[Any] = (
+            sa.select(sa.literal_column("rowid"))
+            .select_from(sa.table("memories_fts"))
+            .where(sa.literal_column("memories_fts").op("MATCH")(param))
+        )
         return memories.c.pk.in_(matches)
+
+    def _search_value(self, search: SearchQuery, audience: Audience) -> str:
+        return fts5_query(search, audience)
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
