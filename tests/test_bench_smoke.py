@@ -3,24 +3,48 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_tiny_benchmark_run(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "bench.run", "--memories", "3000", "--requests", "16"]
+def tiny_run(tmp_path: Path, *options: str) -> tuple[dict[str, object], str]:
+    command = [sys.executable, "-m", "bench.run", "--memories", "3000", *options]
     done = subprocess.run(
         [*command, "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    run = json.loads((tmp_path / "sqlite.json").read_text())
-    assert run["memories"] == 3000 and run["server_peak_rss_mib"] > 0
-    assert len(run["results"]) == 12
-    for name, row in run["results"].items():
+    run: dict[str, object] = json.loads((tmp_path / "sqlite.json").read_text())
+    return run, done.stdout
+
+
+def check(run: dict[str, object], stdout: str) -> None:
+    assert run["memories"] == 3000
+    assert isinstance(run["server_peak_rss_mib"], int) and run["server_peak_rss_mib"] > 0
+    results = run["results"]
+    assert isinstance(results, dict) and len(results) == 12
+    for name, row in results.items():
         assert row["1 client"]["p50"] > 0 and row["8 clients"]["rate"] > 0, name
+        assert row["1 client"]["p50"] <= row["1 client"]["p95"] <= row["1 client"]["p99"], name
         if name != "store":
             assert row["floor"]["p50"] > 0 and row["ratio p50"] > 0, name
-    assert "| search common 10%, org-wide |" in done.stdout
+    assert "| search common 10%, org-wide |" in stdout
+
+
+def test_tiny_benchmark_run_with_python_clients(tmp_path: Path) -> None:
+    run, stdout = tiny_run(tmp_path, "--load", "python", "--requests", "16", "--workers", "1")
+    assert run["load_generator"] == "python" and run["workers"] == 1
+    check(run, stdout)
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+def test_tiny_benchmark_run_with_wrk_and_two_workers(tmp_path: Path) -> None:
+    run, stdout = tiny_run(tmp_path, "--load", "wrk", "--seconds", "1", "--workers", "2")
+    assert run["load_generator"] == "wrk" and run["workers"] == 2
+    assert run["server_peak_total_rss_mib"] > run["server_peak_rss_mib"]  # type: ignore[operator]
+    check(run, stdout)

@@ -80,6 +80,11 @@ def serve(host: str, port: int, workers: int, log_level: str, database_url: str 
     click.echo(f"mnemos: serving on http://{host}:{port} ({_redacted(settings)})", err=True)
     # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal: exit 0 on it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if workers > 1:
+        # The workers share one listening socket; by default the first to wake accepts every
+        # pending connection, so a burst of keep-alive clients can all land on one process.
+        # libuv's documented knob makes each accept yield to the others (as Node's cluster does).
+        os.environ.setdefault("UV_TCP_SINGLE_ACCEPT", "1")
     uvicorn.run(
         "mnemos.api.app:factory",
         factory=True,

@@ -49,7 +49,10 @@ class PostgresStore(SqlStore):
             # No statement may hold a connection for long; a stuck query becomes a 503.
             connect_args={"options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"},
         )
-        super().__init__(read_engine=engine, write_engine=engine)
+        # Reads run in autocommit: under READ COMMITTED every statement takes its own snapshot
+        # anyway, and a read then costs one round trip instead of BEGIN, SELECT and ROLLBACK.
+        reads = engine.execution_options(isolation_level="AUTOCOMMIT")
+        super().__init__(read_engine=reads, write_engine=engine)
 
     def _search_clause(self, param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
         return sa.literal_column("memories.search").op("@@")(

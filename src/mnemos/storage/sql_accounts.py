@@ -53,6 +53,18 @@ _USER_BY_KEY = _users_with_org(users.join(api_keys, api_keys.c.principal_id == u
     _live_key("user")
 )
 _USER_BY_ID = _users_with_org(users).where(users.c.id == sa.bindparam("user_id"))
+# ... and so do the lookups behind a person's memory list and its display fields.
+_AGENTS_OF = (
+    agents.select()
+    .where(agents.c.owner_id == sa.bindparam("owner_id"))
+    .order_by(agents.c.inserted_at)
+)
+_USERS_BY_IDS = users.select().where(users.c.id.in_(sa.bindparam("ids", expanding=True)))
+_AGENTS_BY_IDS = (
+    sa.select(*AGENT_COLS, users.c.organization_id.label("owner_org"))
+    .select_from(agents.join(users, users.c.id == agents.c.owner_id))
+    .where(agents.c.id.in_(sa.bindparam("ids", expanding=True)))
+)
 
 
 class AccountsSql(SqlBase):
@@ -143,9 +155,8 @@ class AccountsSql(SqlBase):
     # --- memories --------------------------------------------------------------------------
 
     def agents_of(self, owner_id: uuid.UUID) -> list[Agent]:
-        query = agents.select().where(agents.c.owner_id == owner_id).order_by(agents.c.inserted_at)
         with self._read() as conn:
-            return [to_agent(row) for row in conn.execute(query)]
+            return [to_agent(row) for row in conn.execute(_AGENTS_OF, {"owner_id": owner_id})]
 
     def delete_agent(self, agent_id: uuid.UUID) -> None:
         now = utcnow()
@@ -175,19 +186,12 @@ class AccountsSql(SqlBase):
         if not wanted:
             return []
         with self._read() as conn:
-            return [
-                to_user(row) for row in conn.execute(users.select().where(users.c.id.in_(wanted)))
-            ]
+            return [to_user(row) for row in conn.execute(_USERS_BY_IDS, {"ids": wanted})]
 
     def agents_by_ids(self, ids: Iterable[uuid.UUID]) -> list[tuple[Agent, uuid.UUID | None]]:
         wanted = list(set(ids))
         if not wanted:
             return []
-        query = (
-            sa.select(*AGENT_COLS, users.c.organization_id.label("owner_org"))
-            .select_from(agents.join(users, users.c.id == agents.c.owner_id))
-            .where(agents.c.id.in_(wanted))
-        )
         with self._read() as conn:
-            rows: list[sa.Row[Any]] = list(conn.execute(query))
+            rows: list[sa.Row[Any]] = list(conn.execute(_AGENTS_BY_IDS, {"ids": wanted}))
         return [(to_agent(row, "a_"), row._mapping["owner_org"]) for row in rows]

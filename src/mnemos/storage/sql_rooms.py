@@ -22,6 +22,18 @@ from mnemos.storage.sql_base import SqlBase
 
 P = chat_participants.c
 
+# Built once with bound parameters: these run for every person's memory list.
+_ROOMS_BY_IDS = chat_rooms.select().where(chat_rooms.c.id.in_(sa.bindparam("ids", expanding=True)))
+_MEMBER_ROOMS = sa.select(P.chat_room_id).where(
+    P.participant_id == sa.bindparam("member_id"),
+    P.chat_room_id.in_(sa.bindparam("ids", expanding=True)),
+)
+_MEMBER_ROOM_IDS = (
+    sa.select(P.chat_room_id)
+    .where(P.participant_id == sa.bindparam("member_id"))
+    .limit(sa.bindparam("limit", type_=sa.Integer()))
+)
+
 
 def to_room(row: Any) -> ChatRoom:
     m = row._mapping
@@ -63,7 +75,7 @@ class RoomsSql(SqlBase):
         if not ids:
             return []
         with self._read() as conn:
-            rows = conn.execute(chat_rooms.select().where(chat_rooms.c.id.in_(set(ids))))
+            rows = conn.execute(_ROOMS_BY_IDS, {"ids": list(set(ids))})
             return [to_room(row) for row in rows]
 
     def rooms_of(self, member_id: uuid.UUID, limit: int, offset: int) -> tuple[list[ChatRoom], int]:
@@ -89,16 +101,14 @@ class RoomsSql(SqlBase):
         """Which of `room_ids` the person or agent takes part in (one query)."""
         if not room_ids:
             return set()
-        query = sa.select(P.chat_room_id).where(
-            P.participant_id == member_id, P.chat_room_id.in_(set(room_ids))
-        )
+        params = {"member_id": member_id, "ids": list(set(room_ids))}
         with self._read() as conn:
-            return {row[0] for row in conn.execute(query)}
+            return {row[0] for row in conn.execute(_MEMBER_ROOMS, params)}
 
     def member_room_ids(self, member_id: uuid.UUID, limit: int) -> list[uuid.UUID]:
-        query = sa.select(P.chat_room_id).where(P.participant_id == member_id).limit(limit)
+        params = {"member_id": member_id, "limit": limit}
         with self._read() as conn:
-            return [row[0] for row in conn.execute(query)]
+            return [row[0] for row in conn.execute(_MEMBER_ROOM_IDS, params)]
 
     def role_in(self, room_id: uuid.UUID, member_id: uuid.UUID) -> Role | None:
         query = sa.select(P.role).where(P.chat_room_id == room_id, P.participant_id == member_id)

@@ -8,6 +8,7 @@ triggers (see migration 0001).
 
 from __future__ import annotations
 
+import fcntl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -86,6 +87,15 @@ class SqliteStore(SqlStore):
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._write_lock = threading.Lock()
+        # Writers in other processes (`mnemos serve --workers N`) queue on an OS lock beside the
+        # database: the kernel wakes the next one the moment a write commits, where SQLite's
+        # busy handler would sleep 1-100 ms between retries. Other programs still meet
+        # `busy_timeout`. The kernel drops the lock of a process that dies.
+        self._lock_file = (
+            open(f"{path}.writelock", "a+b")  # noqa: SIM115 - held for the store's life
+            if path and path != ":memory:"
+            else None
+        )
         super().__init__(
             read_engine=_engine(url, pool_size=pool_size, begin="BEGIN", synchronous=synchronous),
             write_engine=_engine(
@@ -95,8 +105,24 @@ class SqliteStore(SqlStore):
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        with self._write_lock, super()._write() as conn:
+        with self._write_lock, self._process_lock(), super()._write() as conn:
             yield conn
+
+    @contextmanager
+    def _process_lock(self) -> Iterator[None]:
+        if self._lock_file is None:
+            yield
+            return
+        fcntl.flock(self._lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        super().close()
+        if self._lock_file is not None:
+            self._lock_file.close()
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
