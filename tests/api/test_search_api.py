@@ -44,6 +44,10 @@ def agent(client: TestClient, world: World) -> Actor:
         ("cafe", [5]),
         ('NOT OR AND "NEAR" * ^ - :', []),
         ("max* (attempt)", [1]),
+        # SQLite indexes scope tokens (zzag<hex>, zzorg<hex>) beside the words: never a match.
+        ("zz", []),
+        ("zzag", []),
+        ("zzorg", []),
     ],
 )
 def test_search_semantics(
@@ -93,3 +97,28 @@ def test_search_follows_status(client: TestClient, agent: Actor) -> None:
     client.post(f"{BASE}/{target['id']}/supersede", headers=agent.headers)
     assert listed(client, agent, content_query="jitter") == []
     assert listed(client, agent, content_query="jitter", status="superseded") == [TEXTS[2]]
+
+
+def test_scope_tokens_are_not_words(client: TestClient, agent: Actor) -> None:
+    assert agent.organization_id is not None
+    for token in (f"zzag{agent.id}", f"zzorg{agent.organization_id}"):
+        token = token.replace("-", "")
+        assert listed(client, agent, content_query=token, memory_scope="org") == []
+        assert listed(client, agent, content_query=token) == []
+
+
+def test_search_follows_owner_changes(client: TestClient, world: World) -> None:
+    """Deleting an agent clears the source of its organization memories: still found org-wide."""
+    owner = world.user("Ola", "owners")
+    leaving, staying = world.agent(owner, "Leaving"), world.agent(owner, "Staying")
+    store(client, leaving, "Quarterly harbor inspection is on Fridays", scope="organization")
+    store(client, leaving, "Private harbor note", scope="agent")
+    assert listed(client, staying, content_query="harbor", memory_scope="org") == [
+        "Quarterly harbor inspection is on Fridays"
+    ]
+    gone = client.delete(f"/api/v1/me/agents/{leaving.id}", headers=owner.headers)
+    assert gone.status_code in (200, 204), gone.text
+    assert listed(client, staying, content_query="harbor", memory_scope="org") == [
+        "Quarterly harbor inspection is on Fridays"
+    ]
+    assert listed(client, staying, content_query="private") == []

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import uuid
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
 
@@ -30,7 +31,12 @@ router = APIRouter(prefix="/api/v1/me", tags=["Human API"])
 
 
 def _with_display(svc: Services, ctx: UserContext, items: list[Memory]) -> list[dict[str, object]]:
-    shown = svc.human.display_fields(ctx, items)
+    return _displayed(items, svc.human.display_fields(ctx, items))
+
+
+def _displayed(
+    items: list[Memory], shown: dict[uuid.UUID, dict[str, Any]]
+) -> list[dict[str, object]]:
     return [{**memory_json(m), **shown[m.id]} for m in items]
 
 
@@ -54,8 +60,8 @@ def list_memories(
         chat_room_id=parse_uuid(chat_room_id, "chat_room_id") if chat_room_id else None,
         source_agent_id=parse_uuid(source_agent_id, "source_agent_id") if source_agent_id else None,
     )
-    result = svc.human.list_page(ctx, params, query.filters, query.page)
-    return memory_page(result, _with_display(svc, ctx, result.items))
+    result, shown = svc.human.page_with_display(ctx, params, query.filters, query.page)
+    return memory_page(result, _displayed(result.items, shown))
 
 
 def _one(svc: Services, ctx: UserContext, memory: Memory) -> JSONResponse:

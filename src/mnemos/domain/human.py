@@ -96,6 +96,14 @@ class HumanMemoryService:
         )
         return self.memories.page(query, request)
 
+    def page_with_display(
+        self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
+    ) -> tuple[MemoryPage, dict[uuid.UUID, dict[str, Any]]]:
+        """A page and its display fields, read from one state of the data (one connection)."""
+        with self.store.snapshot():
+            page = self.list_page(ctx, params, filters, request)
+            return page, self.display_fields(ctx, page.items)
+
     def reach(self, ctx: UserContext) -> Reach:
         """The person's rooms and agents (two small queries): each list branch walks an index."""
         rooms = self.store.member_room_ids(ctx.user.id, MAX_BRANCHES + 1)

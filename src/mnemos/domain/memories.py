@@ -112,10 +112,11 @@ class MemoryService:
     def page(self, query: MemoryQuery, request: PageRequest) -> MemoryPage:
         """Run a query for one page of either pagination family."""
         if isinstance(request, OffsetPage):
-            items = list(
-                self.store.list_memories(query, limit=request.page_size, offset=request.offset)
-            )
-            total = self.store.count_memories(query)
+            with self.store.snapshot():  # the total counts the same state the page shows
+                items = list(
+                    self.store.list_memories(query, limit=request.page_size, offset=request.offset)
+                )
+                total = self.store.count_memories(query)
             return MemoryPage(items, offset_meta(request, total), deprecated=True)
         return self._cursor_page(query, request)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import uuid
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -44,6 +45,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release every connection."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Within it, this thread's reads share one connection and see one state of the data
+        (writes go their own way). A page and its display fields read together this way."""
 
     @abc.abstractmethod
     def secret(self, name: str) -> bytes:

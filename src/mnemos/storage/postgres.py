@@ -51,8 +51,10 @@ class PostgresStore(SqlStore):
         )
         # Reads run in autocommit: under READ COMMITTED every statement takes its own snapshot
         # anyway, and a read then costs one round trip instead of BEGIN, SELECT and ROLLBACK.
+        # A `snapshot()` is one REPEATABLE READ transaction: one state for all its reads.
         reads = engine.execution_options(isolation_level="AUTOCOMMIT")
-        super().__init__(read_engine=reads, write_engine=engine)
+        snapshots = engine.execution_options(isolation_level="REPEATABLE READ")
+        super().__init__(read_engine=reads, write_engine=engine, snapshot_engine=snapshots)
 
     def _search_clause(self, param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
         return sa.literal_column("memories.search").op("@@")(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import abc
 import os
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,10 +22,14 @@ from mnemos.storage.schema import server_secrets
 class SqlBase(abc.ABC):
     """Engines, transactions and the few places where backends differ."""
 
-    def __init__(self, read_engine: Engine, write_engine: Engine):
+    def __init__(
+        self, read_engine: Engine, write_engine: Engine, snapshot_engine: Engine | None = None
+    ):
         self._read_engine = read_engine
         self._write_engine = write_engine
+        self._snapshot_engine = snapshot_engine or read_engine
         self._statements: dict[tuple[Any, ...], Any] = {}  # list SELECTs by query shape
+        self._pinned = threading.local()  # the read connection of a `snapshot()`, per thread
 
     # --- dialect hooks ---------------------------------------------------------------------
 
@@ -42,8 +47,29 @@ class SqlBase(abc.ABC):
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        with self._guard(), self._read_engine.connect() as conn:
+        pinned: Connection | None = getattr(self._pinned, "conn", None)
+        if pinned is not None:
+            with self._guard():
+                yield pinned
+            return
+        with self._guard(), self._open_read() as conn:
             yield conn
+
+    def _open_read(self) -> AbstractContextManager[Connection]:
+        """A connection for one read (a transaction where the backend needs one)."""
+        return self._read_engine.connect()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        if getattr(self._pinned, "conn", None) is not None:
+            yield
+            return
+        with self._guard(), self._snapshot_engine.begin() as conn:
+            self._pinned.conn = conn
+            try:
+                yield
+            finally:
+                self._pinned.conn = None
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +124,9 @@ class SqliteStore(SqlStore):
         if self._lock_file is not None:
             self._lock_file.close()
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
+    def _open_read(self) -> AbstractContextManager[Connection]:
         # One snapshot per read: a deferred transaction, so a multi-statement read is consistent.
-        with self._guard(), self._read_engine.begin() as conn:
-            yield conn
+        return self._read_engine.begin()
 
     def _search_clause(self, param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
         matches: sa.Select[Any] = (
