@@ -70,32 +70,24 @@ def main() -> None:
 @click.option("--log-level", default="info", show_default=True)
 @database_option
 def serve(host: str, port: int, workers: int, log_level: str, database_url: str | None) -> None:
-    """Create or migrate the database, then serve HTTP."""
-    import uvicorn
+    """Create or migrate the database, then serve HTTP (several processes with --workers)."""
+    from mnemos import serving
 
+    if workers > 1 and port == 0:
+        raise click.BadParameter(
+            "each worker would get another port: give a port", param_hint="--port"
+        )
     settings = load_settings(database_url=database_url)
     run_migrations(settings)
     # Worker processes build their own settings from the environment: hand them the URL.
     os.environ["MNEMOS_DATABASE_URL"] = settings.resolved_database_url()
     click.echo(f"mnemos: serving on http://{host}:{port} ({_redacted(settings)})", err=True)
+    if workers > 1:
+        serving.serve_many(host, port, workers, log_level)
+        return
     # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal: exit 0 on it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    if workers > 1:
-        # The workers share one listening socket; by default the first to wake accepts every
-        # pending connection, so a burst of keep-alive clients can all land on one process.
-        # libuv's documented knob makes each accept yield to the others (as Node's cluster does).
-        os.environ.setdefault("UV_TCP_SINGLE_ACCEPT", "1")
-    uvicorn.run(
-        "mnemos.api.app:factory",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level=log_level,
-        timeout_keep_alive=5,
-        limit_concurrency=1000,
-        timeout_graceful_shutdown=20,
-    )
+    serving.serve_one(host, port, log_level)
 
 
 def _redacted(settings: Settings) -> str:

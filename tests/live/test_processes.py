@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,10 +68,8 @@ def test_workers_flag_runs_several_processes(database: str, tmp_path: Path) -> N
         org = server.admin("create-org", "--name", "W")["id"]
         user = server.admin("create-user", "--name", "W", "--email", "w@w.test", "--org", org)
         agent = server.admin("create-agent", "--owner", user["id"], "--name", "W")
-        workers = [
-            pid for pid in _children(server.process.pid) if Path(f"/proc/{pid}/cmdline").exists()
-        ]
-        assert len(workers) >= 2
+        workers = _workers(server.process.pid)
+        assert len(workers) == 2
         with httpx.Client(
             base_url=server.base_url, headers={"X-API-Key": agent["api_key"]}
         ) as http:
@@ -79,5 +80,39 @@ def test_workers_flag_runs_several_processes(database: str, tmp_path: Path) -> N
                 assert http.get(f"{BASE}/{ident}").status_code == 200
             listed = http.get(BASE, params={"limit": 100}).json()["data"]
             assert [m["id"] for m in listed] == list(reversed(ids))
+        # Each worker listens on its own SO_REUSEPORT socket: the kernel spreads connections.
+        assert _listening_sockets(server.base_url) == 2
+        # A worker that dies is replaced; the others serve meanwhile.
+        os.kill(workers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while _listening_sockets(server.base_url) < 2 or workers[0] in _workers(server.process.pid):
+            assert time.monotonic() < deadline, "the dead worker was not replaced"
+            time.sleep(0.2)
+        with httpx.Client(base_url=server.base_url, headers={"X-API-Key": agent["api_key"]}) as h:
+            for _ in range(10):
+                assert h.get(BASE).status_code == 200
+        server.process.terminate()
+        assert server.process.wait(timeout=30) == 0  # the workers drained, then the parent left
     finally:
         stop_server(server)
+
+
+def _workers(pid: int) -> list[int]:
+    """The server's worker processes (not multiprocessing's resource tracker)."""
+    found = []
+    for child in _children(pid):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in command:
+            found.append(child)
+    return found
+
+
+def _listening_sockets(base_url: str) -> int:
+    port = int(base_url.rsplit(":", 1)[1])
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(
+        1 for line in lines if line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
+    )

@@ -1,0 +1,98 @@
+"""Running the HTTP server: one process, or several that each listen with `SO_REUSEPORT`.
+
+With several workers, each process binds its own listening socket to the same address with
+`SO_REUSEPORT`, and the kernel spreads incoming connections over them. (With one socket shared
+by every worker, as `uvicorn --workers` does, the first process to wake accepts every pending
+connection: a burst of keep-alive clients could all land on one process and leave the others
+idle.) The parent only supervises: it restarts a worker that dies, and on SIGTERM or SIGINT asks
+every worker to drain and exits 0 once they have.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import socket
+import sys
+import time
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import uvicorn
+
+APP = "mnemos.api.app:factory"
+DRAIN_SECONDS = 20
+RESTART_PAUSE_SECONDS = 1.0
+
+
+def server_config(log_level: str, **extra: Any) -> uvicorn.Config:
+    return uvicorn.Config(
+        APP,
+        factory=True,
+        log_level=log_level,
+        timeout_keep_alive=5,
+        limit_concurrency=1000,
+        timeout_graceful_shutdown=DRAIN_SECONDS,
+        **extra,
+    )
+
+
+def serve_one(host: str, port: int, log_level: str) -> None:
+    """One process: uvicorn drains in-flight requests on SIGTERM, then this exits 0."""
+    uvicorn.Server(server_config(log_level, host=host, port=port)).run()
+
+
+def _listener(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _worker(host: str, port: int, log_level: str) -> None:
+    sock = _listener(host, port)
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    uvicorn.Server(server_config(log_level)).run(sockets=[sock])
+
+
+def serve_many(host: str, port: int, workers: int, log_level: str) -> None:
+    """`workers` processes on one address; returns when they have all stopped after a signal."""
+    # Fail here, not in every worker, when something else holds the address. The probe is bound
+    # but never listens, so the kernel never hands it a connection.
+    _listener(host, port).close()
+    context = multiprocessing.get_context("spawn")
+    stopping = False
+
+    def start() -> BaseProcess:
+        process = context.Process(target=_worker, args=(host, port, log_level), daemon=False)
+        process.start()
+        return process
+
+    def stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    running = [start() for _ in range(workers)]
+    while not stopping:
+        time.sleep(0.2)
+        for index, process in enumerate(running):
+            if not process.is_alive() and not stopping:
+                sys.stderr.write(
+                    f"mnemos: worker {process.pid} exited ({process.exitcode}); starting another\n"
+                )
+                time.sleep(RESTART_PAUSE_SECONDS)
+                running[index] = start()
+    for process in running:
+        if process.is_alive() and process.pid is not None:
+            process.terminate()  # SIGTERM: uvicorn stops accepting and drains
+    deadline = time.monotonic() + DRAIN_SECONDS + 5
+    for process in running:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
