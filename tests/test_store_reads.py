@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
 from mnemos.domain.models import Scope, Status, System
 from mnemos.domain.pagination import Position
 from mnemos.domain.queries import Audience, MemoryQuery
@@ -61,3 +63,23 @@ def test_a_snapshot_reads_one_state(store: Store) -> None:
         assert store.count_memories(query) == before == 1
         assert len(store.list_memories(query, limit=10)) == 1
     assert store.count_memories(query) == 2
+
+
+def test_postgresql_plans_every_search_with_its_words(store: Store) -> None:
+    """Statements psycopg prepares never take the search words as a parameter: a generic plan
+    could not tell a common word from a rare one (docs/decisions.md, Performance)."""
+    assert isinstance(store, SqlStore)
+    if store._read_engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL only")
+    org = uuid.uuid4()
+    with store.snapshot():
+        for term in ["harbor"] * 6 + ["marigold"] * 6:  # psycopg prepares after 5 runs
+            store.list_memories(org_query(org, search=parse_search(term, 500)), limit=21)
+        with store._read() as conn:
+            prepared = [
+                row[0]
+                for row in conn.exec_driver_sql("SELECT statement FROM pg_prepared_statements")
+                if "to_tsquery" in row[0]
+            ]
+    assert len(prepared) == 2  # one per search text
+    assert all("harbor:*" in text or "marigold:*" in text for text in prepared)

@@ -1,15 +1,14 @@
 """Embedded SQLite: WAL mode, reads in parallel, every write through one writer connection.
 
-Writes take `BEGIN IMMEDIATE` on a single pooled connection guarded by a lock, so writers in
-one process queue in Python instead of spinning on `SQLITE_BUSY`; writers in other processes
-wait on `busy_timeout`. Full-text search uses an external-content FTS5 table kept in step by
-triggers (see migration 0001).
+Writes take `BEGIN IMMEDIATE` on a single pooled connection: writers of one process take turns
+and share durable COMMITs (`group_commit.py`); writers of other processes queue on an OS lock
+beside the database; other programs meet `busy_timeout`. Full-text search uses a contentless
+FTS5 table of words and scope tokens kept in step by triggers (migrations 0001 and 0005).
 """
 
 from __future__ import annotations
 
 import fcntl
-import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from sqlalchemy.sql.dml import Insert
 
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
+from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
 
@@ -86,7 +86,7 @@ class SqliteStore(SqlStore):
         path = make_url(url).database
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._write_lock = threading.Lock()
+        self._writes = GroupCommit(self._transaction)
         # Writers in other processes (`mnemos serve --workers N`) queue on an OS lock beside the
         # database: the kernel wakes the next one the moment a write commits, where SQLite's
         # busy handler would sleep 1-100 ms between retries. Other programs still meet
@@ -105,7 +105,14 @@ class SqliteStore(SqlStore):
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        with self._write_lock, self._process_lock(), super()._write() as conn:
+        # Writers of this process take turns on the one writer connection and share COMMITs.
+        with self._guard(), self._writes.write() as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A write transaction (`BEGIN IMMEDIATE`), once this process holds the write lock."""
+        with self._process_lock(), self._write_engine.begin() as conn:
             yield conn
 
     @contextmanager
