@@ -28,3 +28,14 @@ def test_environment_and_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MNEMOS_DATABASE_URL")
     monkeypatch.setenv("MNEMOS_DATA_DIR", "/tmp/mnemos-data")
     assert load_settings().resolved_database_url() == "sqlite:////tmp/mnemos-data/mnemos.db"
+
+
+def test_worker_threads_follow_the_backend_unless_set() -> None:
+    assert Settings(database_url="sqlite:///x.db").resolved_worker_threads() == 2
+    assert Settings(database_url="postgresql://h/db").resolved_worker_threads() == 1
+    assert Settings(database_url="").resolved_worker_threads() == 2  # the embedded default
+    assert (
+        Settings(database_url="postgresql://h/db", worker_threads=4).resolved_worker_threads() == 4
+    )
+    with pytest.raises(ValidationError):
+        Settings(worker_threads=-1)

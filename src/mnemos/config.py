@@ -28,9 +28,9 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(default=500, ge=1)
     sqlite_synchronous: str = "FULL"
     db_pool_size: int = Field(default=8, ge=1, le=200)
-    # Threads that run blocking database work per process. Few is fast: each request's Python
-    # work holds the interpreter lock, and many threads contend for it (see BENCHMARKS.md).
-    worker_threads: int = Field(default=2, ge=1, le=200)
+    # Threads that run blocking work (routes, database calls) per process; 0 = by backend (see
+    # `resolved_worker_threads`). Scale with processes (`--workers`), not threads.
+    worker_threads: int = Field(default=0, ge=0, le=200)
     # Requests per minute per caller (API key, token or Tuya client; else client address); 0 = off.
     rate_limit_per_minute: int = Field(default=3000, ge=0)
     redis_url: str = ""
@@ -63,6 +63,20 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir / 'mnemos.db'}"
+
+    def resolved_worker_threads(self) -> int:
+        """Measured on this project's benchmark (BENCHMARKS.md, docs/decisions.md):
+
+        - SQLite: 2. Concurrent stores in one process then share a durable COMMIT (group commit):
+          8-client stores 1,019/s with 2 threads, 662/s with 1 (a run also slower at the
+          floor); reads did as well either way.
+        - PostgreSQL: 1. With 2, a few requests in every few thousand waited 0.1-1.5 s inside
+          psycopg for the interpreter lock (PostgreSQL logged no statement over 100 ms).
+        More threads only contend for the interpreter lock.
+        """
+        if self.worker_threads:
+            return self.worker_threads
+        return 2 if self.resolved_database_url().startswith("sqlite") else 1
 
 
 def load_settings(**overrides: object) -> Settings:

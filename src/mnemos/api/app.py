@@ -57,7 +57,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Blocking work (every synchronous route and dependency) runs in this many threads.
-        to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
+        to_thread.current_default_thread_limiter().total_tokens = settings.resolved_worker_threads()
         app.state.services = build_services(settings, store)
         yield
         if owns_store:
