@@ -235,25 +235,29 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
 
 MAX_CACHED_STATEMENTS = 512
 
-_AUDIENCE_FIELDS = (
-    "scopes",
-    "source_agent_id",
-    "organization_id",
-    "subject_id",
-    "room_member_user_id",
-    "source_agent_owner_id",
-    "chat_room_id",
-)
+
+def _present(
+    source: object, names: tuple[str, ...], bind: Callable[[Any], Any] = lambda value: value
+) -> list[tuple[str, Any]]:
+    """`(name, bound value)` for each of `names` that `source` sets, in the order given."""
+    return [(name, bind(value)) for name in names if (value := getattr(source, name)) is not None]
+
+
+def _values_of(members: Any) -> list[str]:
+    return [member.value for member in members]
 
 
 def _audience_values(audience: Audience) -> list[tuple[str, Any]]:
     """The fields an audience pins, in a fixed order, as bound values."""
-    values: list[tuple[str, Any]] = []
-    for name in _AUDIENCE_FIELDS:
-        value = getattr(audience, name)
-        if value is not None:
-            values.append((name, [scope.value for scope in value] if name == "scopes" else value))
-    return values
+    ids = (
+        "source_agent_id",
+        "organization_id",
+        "subject_id",
+        "room_member_user_id",
+        "source_agent_owner_id",
+        "chat_room_id",
+    )
+    return _present(audience, ("scopes",), _values_of) + _present(audience, ids)
 
 
 _AUDIENCE_SQL: dict[str, Callable[[Any], sa.ColumnElement[bool]]] = {
@@ -273,18 +277,12 @@ _AUDIENCE_SQL: dict[str, Callable[[Any], sa.ColumnElement[bool]]] = {
 
 def _filter_values(query: MemoryQuery) -> list[tuple[str, Any]]:
     """The narrowing filters a query sets, in a fixed order, as bound values."""
-    values: list[tuple[str, Any]] = []
-    if len(query.statuses) < len(Status):
-        values.append(("statuses", [status.value for status in query.statuses]))
-    for name in ("system", "type", "segment"):
-        taxonomy = getattr(query, name)
-        if taxonomy is not None:
-            values.append((name, taxonomy.value))
-    for name in ("subject_id", "source_agent_id", "chat_room_id", "memory_id"):
-        ident = getattr(query, name)
-        if ident is not None:
-            values.append((name, ident))
-    return values
+    statuses = (
+        [("statuses", _values_of(query.statuses))] if len(query.statuses) < len(Status) else []
+    )
+    taxonomy = _present(query, ("system", "type", "segment"), lambda member: member.value)
+    ids = _present(query, ("subject_id", "source_agent_id", "chat_room_id", "memory_id"))
+    return statuses + taxonomy + ids
 
 
 _FILTER_SQL: dict[str, Callable[[Any], sa.ColumnElement[bool]]] = {
