@@ -54,7 +54,6 @@ def _listener(host: str, port: int) -> socket.socket:
 def _worker(host: str, port: int, log_level: str) -> None:
     sock = _listener(host, port)
     sock.listen(2048)
-    sock.set_inheritable(True)
     uvicorn.Server(server_config(log_level)).run(sockets=[sock])
 
 

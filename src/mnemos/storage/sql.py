@@ -110,11 +110,11 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         """The SELECT behind `list_memories` and its parameters (also used to show plans)."""
         union = len(query.audiences) > 1
         params = self._list_params(query, after)
+        shape = self._shape("list", query, params)
         params["limit"] = limit
         params["offset"] = offset
         if union:
             params["depth"] = limit + offset
-        shape = ("list", self._shape(query), after is not None)
         statement = self._statements.get(shape)
         if statement is None:
             if union:
@@ -149,30 +149,26 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
     def count_memories(self, query: MemoryQuery) -> int:
         if not query.audiences:
             return 0
-        shape = ("count", self._shape(query), False)
+        params = self._list_params(query, None)
+        shape = self._shape("count", query, params)
         statement = self._statements.get(shape)
         if statement is None:
             keys = self._matching_keys(query, after=False, depth=False)
             statement = sa.select(sa.func.count()).select_from(keys)
             self._remember(shape, statement)
         with self._read() as conn:
-            return int(conn.execute(statement, self._list_params(query, None)).scalar_one())
+            return int(conn.execute(statement, params).scalar_one())
 
     def _remember(self, shape: tuple[Any, ...], statement: sa.Select[Any]) -> None:
         if len(self._statements) >= MAX_CACHED_STATEMENTS:
             self._statements.clear()
         self._statements[shape] = statement
 
-    def _shape(self, query: MemoryQuery) -> tuple[Any, ...]:
-        """Which parts of a query are set: equal shapes have equal SQL."""
-        return (
-            tuple(
-                (tuple(name for name, _ in _audience_values(a)), a.without_subject)
-                for a in query.audiences
-            ),
-            tuple(name for name, _ in _filter_values(query)),
-            query.search is not None,
-        )
+    @staticmethod
+    def _shape(kind: str, query: MemoryQuery, params: dict[str, Any]) -> tuple[Any, ...]:
+        """Which parts of a query are set, read off the names of its parameters (each names the
+        audience, filter, search or keyset position it binds): equal shapes have equal SQL."""
+        return (kind, tuple(params), tuple(a.without_subject for a in query.audiences))
 
     def _list_params(self, query: MemoryQuery, after: Position | None) -> dict[str, Any]:
         params = {f"f_{name}": value for name, value in _filter_values(query)}

@@ -83,8 +83,9 @@ class SqliteStore(SqlStore):
     """The embedded default."""
 
     def __init__(self, url: str, *, pool_size: int = 8, synchronous: str = "FULL"):
-        path = make_url(url).database
-        if path and path != ":memory:":
+        path = make_url(url).database or ":memory:"
+        on_disk = path != ":memory:"
+        if on_disk:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._writes = GroupCommit(self._transaction)
         # Writers in other processes (`mnemos serve --workers N`) queue on an OS lock beside the
@@ -93,7 +94,7 @@ class SqliteStore(SqlStore):
         # `busy_timeout`. The kernel drops the lock of a process that dies.
         self._lock_file = (
             open(f"{path}.writelock", "a+b")  # noqa: SIM115 - held for the store's life
-            if path and path != ":memory:"
+            if on_disk
             else None
         )
         super().__init__(
