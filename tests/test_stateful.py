@@ -47,15 +47,23 @@ def tuya_headers(
 ) -> dict[str, str]:
     """Sign as the official connector does (tests/live/test_tuya.py uses the real one)."""
     t = str(int(time.time() * 1000))
+    # Tuya's optional nonce: a repeated identical request in one millisecond is not a replay.
+    nonce = uuid.uuid4().hex
     url = path + ("?" + "&".join(f"{k}={query[k]}" for k in sorted(query)) if query else "")
     digest = hashlib.sha256(body).hexdigest()
-    message = project["client_id"] + token + t + f"{method}\n{digest}\n\n{url}"
+    message = project["client_id"] + token + t + nonce + f"{method}\n{digest}\n\n{url}"
     sign = (
         hmac.new(project["client_secret"].encode(), message.encode(), hashlib.sha256)
         .hexdigest()
         .upper()
     )
-    return {"client_id": project["client_id"], "access_token": token, "t": t, "sign": sign}
+    return {
+        "client_id": project["client_id"],
+        "access_token": token,
+        "t": t,
+        "nonce": nonce,
+        "sign": sign,
+    }
 
 
 class Worlds(RuleBasedStateMachine):

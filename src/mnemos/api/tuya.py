@@ -149,7 +149,7 @@ async def write_memories(
     """Write `memory_list` entries; a key that holds an active value is superseded."""
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting too deep to parse
         raise param_illegal("body", "must be a JSON object") from None
     if not isinstance(body, dict):
         raise param_illegal("body", "must be a JSON object")

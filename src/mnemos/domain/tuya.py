@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from mnemos.domain.ids import try_uuid, utcnow, uuid7
@@ -34,7 +35,9 @@ MAX_WRITE = 50
 MAX_VALUE = 10_000
 DEVICE_ID = re.compile(r"^[A-Za-z0-9_.*-]{1,64}$")
 MEMORY_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+ROLE_ID = re.compile("[^\x00-\x1f\x7f\ud800-\udfff]{1,64}")  # as `bind-tuya-role` stores it
 LIST_CAP = 10_000
+DELETE_BATCH = 1_000
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class TuyaMemories:
             return Binding(kind, None)
         if role_id is None or str(role_id) == "":
             raise param_empty("role_id")
+        if not ROLE_ID.fullmatch(str(role_id)):
+            raise param_illegal("role_id", "is not a role of this project")
         return Binding(kind, self._role_agent(caller, str(role_id)))
 
     def _role_agent(self, caller: TuyaCaller, role_id: str) -> uuid.UUID:
@@ -115,8 +120,14 @@ class TuyaMemories:
     # --- reads -------------------------------------------------------------------------
 
     def _current(self, caller: TuyaCaller, subject: uuid.UUID, binding: Binding) -> list[Memory]:
+        """Every active Tuya memory the call reaches; refused, never cut short, past `LIST_CAP`
+        (Tuya's list has no paging: a caller must delete keys to list again)."""
         query = MemoryQuery(audiences=_audiences(caller, subject, binding))
-        rows = self.store.list_memories(query, limit=LIST_CAP)
+        rows = self.store.list_memories(query, limit=LIST_CAP + 1)
+        if len(rows) > LIST_CAP:
+            raise TuyaError(
+                1101, f"params range invalid: the device has more than {LIST_CAP} memories"
+            )
         return [m for m in rows if _tuya_meta(m) is not None]
 
     def list_groups(
@@ -152,72 +163,34 @@ class TuyaMemories:
     # --- writes ------------------------------------------------------------------------
 
     def parse_entries(self, binding: Binding, raw: Any) -> list[Entry]:
+        """The entries of a write; a key may appear once per scope (which value would win is
+        not Tuya's to say, so a repeated key is refused, not resolved)."""
         if raw is None or raw == []:
             raise param_empty("memory_list")
         if not isinstance(raw, list) or len(raw) > MAX_WRITE:
             raise param_illegal("memory_list", f"must be a list of at most {MAX_WRITE} items")
-        entries: list[Entry] = []
-        for item in raw:
-            if not isinstance(item, dict):
-                raise param_illegal("memory_list", "items must be objects")
-            key, value = item.get("memory_key"), item.get("memory_value")
-            name, scope = item.get("memory_name") or key, item.get("effective_scope", GLOBAL)
-            if not isinstance(key, str) or not MEMORY_KEY.match(key):
-                raise param_illegal("memory_key", "must be 1-100 letters, digits or ._:-")
-            if not isinstance(value, str) or not value.strip() or len(value) > MAX_VALUE:
-                raise param_illegal("memory_value", f"must be 1-{MAX_VALUE} characters")
-            if not isinstance(name, str) or len(name) > 200:
-                raise param_illegal("memory_name", "must be at most 200 characters")
-            if scope not in binding.scopes:
-                raise param_illegal("effective_scope", f"must be one of {list(binding.scopes)}")
-            entries.append(Entry(key, name, value, scope))
+        entries = [_entry(binding, item) for item in raw]
+        seen: set[tuple[int, str]] = set()
+        for entry in entries:
+            if (entry.effective_scope, entry.memory_key) in seen:
+                raise param_illegal("memory_key", f"{entry.memory_key} is written twice")
+            seen.add((entry.effective_scope, entry.memory_key))
         return entries
 
     def write(
         self, caller: TuyaCaller, device_id: str, binding: Binding, entries: list[Entry]
     ) -> None:
+        """Store the entries; each supersedes its key's active value in its scope (the store
+        keeps one active value per key and scope, even against concurrent writers)."""
         self._require_plan(caller)
         subject = self._subject(caller, self.device(device_id), claim=True)
         assert subject is not None
-        current = {
-            (_tuya_meta(m) or {}).get("slot"): m.id for m in self._current(caller, subject, binding)
-        }
         now = utcnow()
-        new: list[Memory] = []
-        replaced: list[uuid.UUID] = []
-        for entry in entries:
-            slot = f"{entry.effective_scope}:{entry.memory_key}"
-            if slot in current:
-                replaced.append(current.pop(slot))
-            role = entry.effective_scope == ROLE
-            new.append(
-                Memory(
-                    id=uuid7(),
-                    content=entry.memory_value,
-                    thought=f"Tuya device memory {entry.memory_key}",
-                    system=System.LONG_TERM,
-                    type=MemoryType.SEMANTIC,
-                    segment=Segment.USER,
-                    scope=Scope.AGENT if role else Scope.SUBJECT,
-                    subject_id=subject,
-                    organization_id=None if role else caller.organization_id,
-                    source_agent_id=binding.agent_id,
-                    chat_room_id=None,
-                    metadata={
-                        "tuya": {
-                            "device_id": device_id,
-                            "memory_key": entry.memory_key,
-                            "memory_name": entry.memory_name,
-                            "effective_scope": entry.effective_scope,
-                            "slot": slot,
-                        }
-                    },
-                    status=Status.ACTIVE,
-                    inserted_at=now,
-                    updated_at=now,
-                )
-            )
-        self.store.replace_memories(new, replaced, now)
+        new = [
+            (_memory(caller, subject, device_id, binding, entry, now), _slot(binding, entry))
+            for entry in entries
+        ]
+        self.store.put_tuya_memories(new, now)
 
     def delete(
         self,
@@ -227,20 +200,18 @@ class TuyaMemories:
         keys: list[str] | None,
         clear_all: bool,
     ) -> None:
-        """Delete every version of the named keys (or all keys) in the scopes the call reaches."""
+        """Delete every version of the named keys (or all keys) in the scopes the call reaches,
+        in bounded batches: a large device never holds the write lock for long."""
         self._require_plan(caller)
         subject = self._subject(caller, self.device(device_id), claim=False)
         if subject is None:
             return
-        query = MemoryQuery(audiences=_audiences(caller, subject, binding), statuses=tuple(Status))
-        every = self.store.list_memories(query, limit=LIST_CAP)
-        doomed = [
-            m.id
-            for m in every
-            if (meta := _tuya_meta(m)) is not None
-            and (clear_all or meta["memory_key"] in (keys or []))
-        ]
-        self.store.delete_memories(doomed)
+        owners = [_slot_owner(binding, scope) for scope in binding.scopes]
+        if clear_all:
+            self.store.delete_tuya_memories(subject, [], owners, DELETE_BATCH)
+        else:
+            slots = [owner + key for owner in owners for key in keys or []]
+            self.store.delete_tuya_memories(subject, slots, [], DELETE_BATCH)
 
     @staticmethod
     def parse_keys(raw: str | None, clear_all: bool) -> list[str] | None:
@@ -269,6 +240,68 @@ def _audiences(caller: TuyaCaller, subject: uuid.UUID, binding: Binding) -> tupl
     return (
         shared,
         Audience(source_agent_id=binding.agent_id, scopes=(Scope.AGENT,), subject_id=subject),
+    )
+
+
+def _entry(binding: Binding, item: Any) -> Entry:
+    if not isinstance(item, dict):
+        raise param_illegal("memory_list", "items must be objects")
+    key, value = item.get("memory_key"), item.get("memory_value")
+    name, scope = item.get("memory_name") or key, item.get("effective_scope", GLOBAL)
+    if not isinstance(key, str) or not MEMORY_KEY.match(key):
+        raise param_illegal("memory_key", "must be 1-100 letters, digits or ._:-")
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_VALUE:
+        raise param_illegal("memory_value", f"must be 1-{MAX_VALUE} characters")
+    if not isinstance(name, str) or len(name) > 200:
+        raise param_illegal("memory_name", "must be at most 200 characters")
+    # Exactly the integer: `true == 1` and `1.0 == 1` in Python, but neither is a scope.
+    if type(scope) is not int or scope not in binding.scopes:
+        raise param_illegal("effective_scope", f"must be one of {list(binding.scopes)}")
+    return Entry(key, name, value, scope)
+
+
+def _slot_owner(binding: Binding, scope: int) -> str:
+    """The start of a slot: the scope, and for a role's memory the role's agent."""
+    return f"{GLOBAL}:" if scope == GLOBAL else f"{ROLE}:{binding.agent_id}:"
+
+
+def _slot(binding: Binding, entry: Entry) -> str:
+    return _slot_owner(binding, entry.effective_scope) + entry.memory_key
+
+
+def _memory(
+    caller: TuyaCaller,
+    subject: uuid.UUID,
+    device_id: str,
+    binding: Binding,
+    entry: Entry,
+    now: datetime,
+) -> Memory:
+    role = entry.effective_scope == ROLE
+    return Memory(
+        id=uuid7(),
+        content=entry.memory_value,
+        thought=f"Tuya device memory {entry.memory_key}",
+        system=System.LONG_TERM,
+        type=MemoryType.SEMANTIC,
+        segment=Segment.USER,
+        scope=Scope.AGENT if role else Scope.SUBJECT,
+        subject_id=subject,
+        organization_id=None if role else caller.organization_id,
+        source_agent_id=binding.agent_id,
+        chat_room_id=None,
+        metadata={
+            "tuya": {
+                "device_id": device_id,
+                "memory_key": entry.memory_key,
+                "memory_name": entry.memory_name,
+                "effective_scope": entry.effective_scope,
+                "slot": f"{entry.effective_scope}:{entry.memory_key}",
+            }
+        },
+        status=Status.ACTIVE,
+        inserted_at=now,
+        updated_at=now,
     )
 
 

@@ -4,21 +4,22 @@ Every request carries `client_id`, `t` (milliseconds), `sign` and, except the to
 `access_token`. The signature is HMAC-SHA256 with the project's secret over
 `client_id + access_token + t + nonce + stringToSign`, upper-case hex, where stringToSign is
 `METHOD \\n sha256(body) \\n signed headers \\n path?sorted(k=v)&...`, exactly as the official
-`tuya-connector-python` computes it. Tokens live in the database (as hashes), so every process
-honours every other's.
+`tuya-connector-python` computes it. A signature is accepted once: a replay is refused with
+1004 (send a `nonce` to make identical requests within one millisecond differ). Tokens and seen
+signatures live in the database (tokens as hashes), so every process honours every other's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
+import re
 import secrets
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from mnemos.domain.ids import utcnow
 from mnemos.errors import MnemosError
@@ -27,6 +28,12 @@ from mnemos.storage.base import Store
 ACCESS_TTL = 7200
 REFRESH_TTL = 30 * 24 * 3600
 MAX_SKEW_MS = 5 * 60 * 1000
+# What a well-formed header can hold; anything else is refused before it reaches a parser or
+# the database (a 5,000-digit `t` would overflow `int()`, a non-ASCII `sign` `compare_digest`).
+TIMESTAMP = re.compile(r"[0-9]{1,13}")
+CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}")
+EMPTY_OBJECT = re.compile(rb"\s*\{\s*\}\s*")
 
 
 class TuyaError(MnemosError):
@@ -86,13 +93,9 @@ def _hash(token: str) -> str:
 
 
 def _body_digest(body: bytes) -> str:
-    content = body
-    if body.strip():
-        try:
-            if json.loads(body) == {}:
-                content = b""  # the connector signs an empty dict as no body
-        except ValueError:
-            pass
+    # The connector signs an empty dict as no body. Recognised without parsing the body: the
+    # signature is checked before anything else, so the body is still untrusted here.
+    content = b"" if EMPTY_OBJECT.fullmatch(body) else body
     return hashlib.sha256(content).hexdigest()
 
 
@@ -122,10 +125,12 @@ class TuyaAuth:
         client_id = request.headers.get("client_id", "")
         if not client_id:
             raise param_empty("client_id")
+        if not CLIENT_ID.fullmatch(client_id):
+            raise TuyaError(1005, "client id invalid")
         if not request.headers.get("sign"):
             raise param_empty("sign")
         t = request.headers.get("t", "")
-        if not t.isdigit():
+        if not TIMESTAMP.fullmatch(t):
             raise param_illegal("t", "must be milliseconds since the epoch")
         if abs(int(t) - int(time.time() * 1000)) > MAX_SKEW_MS:
             raise TuyaError(1013, "request time is invalid")
@@ -134,9 +139,20 @@ class TuyaAuth:
             raise TuyaError(1005, "client id invalid")
         secret, org = project
         want = expected_sign(secret, client_id, access_token, request)
-        if not hmac.compare_digest(want, request.headers.get("sign", "").upper()):
+        given = request.headers.get("sign", "").upper().encode()
+        if not hmac.compare_digest(want.encode(), given):
             raise sign_invalid()
+        self._refuse_replay(client_id, want, int(t))
         return client_id, org
+
+    def _refuse_replay(self, client_id: str, sign: str, t: int) -> None:
+        """Accept each signed request once. A signature covers the method, path, query, body,
+        token, `t` and `nonce`, so a second request with the same one is a copy of the first;
+        it is remembered until `t` leaves the accepted window, when `t` alone refuses it."""
+        digest = hashlib.sha256(f"{client_id}:{sign}".encode()).hexdigest()
+        until = datetime.fromtimestamp((t + MAX_SKEW_MS) / 1000, UTC)
+        if not self.store.remember_tuya_signature(digest, until):
+            raise TuyaError(1004, "sign invalid: this signed request was already used")
 
     def _issue(self, client_id: str, replaces: uuid.UUID | None = None) -> dict[str, object]:
         access, refresh = secrets.token_hex(16), secrets.token_hex(16)
@@ -181,6 +197,8 @@ class TuyaAuth:
         access_token = request.headers.get("access_token", "")
         if not access_token:
             raise param_empty("access_token")
+        if not TOKEN.fullmatch(access_token):
+            raise token_invalid()
         client_id, org = self._project(request, access_token)
         found = self.store.tuya_token(_hash(access_token), "access")
         if found is None or found[0] != client_id:

@@ -249,3 +249,27 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def tuya_role_agent(self, organization_id: uuid.UUID, role_id: str) -> uuid.UUID | None: ...
+
+    @abc.abstractmethod
+    def put_tuya_memories(self, new: Sequence[tuple[Memory, str]], now: datetime) -> None:
+        """In one transaction, insert each `(memory, slot)` and supersede the active memory of the
+        same subject and slot. One memory per subject and slot is active, always (a unique
+        index); a concurrent writer of the same slot is superseded, never a second active value.
+        Raises `Conflict` if writers of the same slots keep racing."""
+
+    @abc.abstractmethod
+    def delete_tuya_memories(
+        self, subject_id: uuid.UUID, slots: Sequence[str], prefixes: Sequence[str], batch: int
+    ) -> int:
+        """Delete every version (any status) of the subject's memories whose Tuya slot is in
+        `slots` or starts with one of `prefixes`, `batch` rows per transaction, until none is
+        left; how many were deleted."""
+
+    @abc.abstractmethod
+    def remember_tuya_signature(self, digest: str, expires_at: datetime) -> bool:
+        """Record a signed request's digest until `expires_at` (shared by every process on the
+        database; expired digests are dropped); False if the digest was already recorded.
+
+        >>> store.remember_tuya_signature("ab12", soon), store.remember_tuya_signature("ab12", soon)
+        (True, False)
+        """

@@ -139,6 +139,9 @@ chat_participants = sa.Table(
     sa.Index("ix_chat_participants_member", "participant_id", "chat_room_id"),
 )
 
+TUYA_SLOT_LENGTH = 160
+ACTIVE_TUYA_SLOT = sa.text("status = 'active' AND tuya_slot IS NOT NULL")
+
 memories = sa.Table(
     "memories",
     metadata,
@@ -159,10 +162,22 @@ memories = sa.Table(
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("inserted_at", UTCDateTime(), nullable=False),
     sa.Column("updated_at", UTCDateTime(), nullable=False),
+    # A Tuya memory's key with its scope's owner ("1:<key>", "3:<agent id>:<key>"), set only by
+    # the Tuya API; null for every other memory.
+    sa.Column("tuya_slot", sa.String(TUYA_SLOT_LENGTH), nullable=True),
     sa.Index("ix_memories_agent_order", "source_agent_id", "inserted_at", "id"),
     sa.Index("ix_memories_org_order", "organization_id", "scope", "inserted_at", "id"),
     sa.Index("ix_memories_subject_scope_order", "subject_id", "scope", "inserted_at", "id"),
     sa.Index("ix_memories_room_order", "chat_room_id", "inserted_at", "id"),
+    # One active value per Tuya key and scope of a device, whoever writes and however.
+    sa.Index(
+        "uq_memories_tuya_slot_active",
+        "subject_id",
+        "tuya_slot",
+        unique=True,
+        sqlite_where=ACTIVE_TUYA_SLOT,
+        postgresql_where=ACTIVE_TUYA_SLOT,
+    ),
 )
 
 server_secrets = sa.Table(
@@ -195,6 +210,15 @@ tuya_tokens = sa.Table(
     sa.Column("pair_id", sa.Uuid(), nullable=False, index=True),
     sa.Column("client_id", sa.String(64), nullable=False),
     sa.Column("expires_at", UTCDateTime(), nullable=False),
+)
+
+# Signatures of accepted Tuya requests, kept until their timestamp leaves the accepted window,
+# so the same signed request is refused when sent again (from any process).
+tuya_signatures = sa.Table(
+    "tuya_signatures",
+    metadata,
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("expires_at", UTCDateTime(), nullable=False, index=True),
 )
 
 tuya_devices = sa.Table(

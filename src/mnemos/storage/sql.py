@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from mnemos.domain.models import Memory, Status
 from mnemos.domain.pagination import Position
 from mnemos.domain.queries import Audience, MemoryQuery
+from mnemos.errors import Conflict
 from mnemos.storage.base import Store
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
 from mnemos.storage.schema import UTCDateTime, agents, chat_participants, idempotency_keys, memories
@@ -67,13 +68,16 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
     def set_memory_status(
         self, memory_id: uuid.UUID, status: Status, now: datetime
     ) -> Memory | None:
-        with self._write() as conn:
-            conn.execute(
-                memories.update()
-                .where(M.id == memory_id)
-                .values(status=status.value, updated_at=now)
-            )
-            row = conn.execute(sa.select(*MEMORY_COLUMNS).where(M.id == memory_id)).first()
+        try:
+            with self._write() as conn:
+                conn.execute(
+                    memories.update()
+                    .where(M.id == memory_id)
+                    .values(status=status.value, updated_at=now)
+                )
+                row = conn.execute(sa.select(*MEMORY_COLUMNS).where(M.id == memory_id)).first()
+        except sa.exc.IntegrityError:  # restoring a Tuya value whose key has a newer active one
+            raise Conflict("Another value of this memory's key is active") from None
         return to_memory(row) if row else None
 
     def delete_memory(self, memory_id: uuid.UUID) -> bool:

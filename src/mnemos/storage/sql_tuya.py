@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from mnemos.domain.ids import utcnow
-from mnemos.storage.schema import tuya_devices, tuya_projects, tuya_roles, tuya_tokens
+from mnemos.domain.models import Memory, Status
+from mnemos.errors import Conflict
+from mnemos.storage.rows import memory_values
+from mnemos.storage.schema import (
+    memories,
+    tuya_devices,
+    tuya_projects,
+    tuya_roles,
+    tuya_signatures,
+    tuya_tokens,
+)
 from mnemos.storage.sql_base import SqlBase
 
 T = tuya_tokens.c
+M = memories.c
+SLOT_ATTEMPTS = 5
 
 
 class TuyaSql(SqlBase):
@@ -117,3 +131,71 @@ class TuyaSql(SqlBase):
         with self._read() as conn:
             found: uuid.UUID | None = conn.execute(query).scalar_one_or_none()
         return found
+
+    # --- Tuya memories ---------------------------------------------------------------------
+
+    def put_tuya_memories(self, new: Sequence[tuple[Memory, str]], now: datetime) -> None:
+        """Insert each memory under its slot, superseding the slot's active value, atomically.
+
+        A writer of the same slot that commits in between makes the insert break the unique
+        index of active slots; the whole write is then tried again, superseding that value.
+        """
+        for attempt in range(SLOT_ATTEMPTS):
+            try:
+                with self._write() as conn:
+                    self._put_slots(conn, new, now)
+                return
+            except sa.exc.IntegrityError:
+                if attempt == SLOT_ATTEMPTS - 1:
+                    raise Conflict("Other writers keep changing these memory keys") from None
+
+    @staticmethod
+    def _put_slots(conn: Connection, new: Sequence[tuple[Memory, str]], now: datetime) -> None:
+        by_subject: dict[uuid.UUID | None, list[str]] = {}
+        for memory, slot in new:
+            by_subject.setdefault(memory.subject_id, []).append(slot)
+        for subject, slots in by_subject.items():
+            conn.execute(
+                memories.update()
+                .where(M.subject_id == subject, M.tuya_slot.in_(slots))
+                .where(M.status == Status.ACTIVE.value)
+                .values(status=Status.SUPERSEDED.value, updated_at=now)
+            )
+        rows = [{**memory_values(memory), "tuya_slot": slot} for memory, slot in new]
+        conn.execute(memories.insert(), rows)
+
+    def delete_tuya_memories(
+        self, subject_id: uuid.UUID, slots: Sequence[str], prefixes: Sequence[str], batch: int
+    ) -> int:
+        """Delete every version of a subject's Tuya memories whose slot is one of `slots` or
+        starts with one of `prefixes`, `batch` rows per transaction; how many were deleted."""
+        matches: list[sa.ColumnElement[bool]] = [M.tuya_slot.in_(slots)] if slots else []
+        matches += [M.tuya_slot.startswith(prefix, autoescape=True) for prefix in prefixes]
+        if not matches:
+            return 0
+        chosen = (
+            sa.select(M.pk)
+            .where(M.subject_id == subject_id, M.tuya_slot.is_not(None), sa.or_(*matches))
+            .limit(batch)
+        )
+        deleted = 0
+        while True:
+            with self._write() as conn:
+                count = int(conn.execute(memories.delete().where(M.pk.in_(chosen))).rowcount)
+            deleted += count
+            if count < batch:
+                return deleted
+
+    # --- replay protection -----------------------------------------------------------------
+
+    def remember_tuya_signature(self, digest: str, expires_at: datetime) -> bool:
+        """Record a request signature until `expires_at`; False if it is already recorded."""
+        table = tuya_signatures
+        with self._write() as conn:
+            conn.execute(table.delete().where(table.c.expires_at < utcnow()))
+            inserted = conn.execute(
+                self._insert_ignore(table)
+                .values(digest=digest, expires_at=expires_at)
+                .returning(table.c.digest)
+            ).first()
+        return inserted is not None
