@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mnemos.config import Settings
-from mnemos.domain.accounts import hash_key, user_id_from_token
+from mnemos.domain.accounts import hash_key, own_token_claims
 from mnemos.storage import open_store
 
 
@@ -50,7 +50,7 @@ def test_bootstrap_and_stored_state(tmp_path: Path) -> None:
         assert ctx.owner.email == "ann@acme.test" and ctx.owner.memory_enabled is False
         assert store.user_by_key(hash_key(user["api_key"])) is not None
         assert store.agent_by_key(hash_key(user["api_key"])) is None
-        assert str(user_id_from_token(store, token)) == user["id"]
+        assert str(own_token_claims(store, token).user_id) == user["id"]
     finally:
         store.close()
     for path in tmp_path.glob("cli.db*"):
