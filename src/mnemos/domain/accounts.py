@@ -217,12 +217,14 @@ def rotate_user_key(store: Store, user_id: uuid.UUID) -> str:
     return _replace_key(store, "user", user_id)
 
 
-def rotate_agent_key(store: Store, agent_id: uuid.UUID, owner_id: uuid.UUID | None = None) -> str:
-    """A new API key for an agent (of `owner_id`, when given: 404 for anyone else's); its
-    previous keys stop working at once and its memories are untouched."""
-    agent = store.get_agent(agent_id)
+def rotate_agent_key(
+    store: Store, agent_id: uuid.UUID | None, owner_id: uuid.UUID | None = None
+) -> str:
+    """A new API key for an agent (of `owner_id`, when given: 404 for anyone else's, so
+    existence is not leaked); its previous keys stop working at once, its memories stay."""
+    agent = store.get_agent(agent_id) if agent_id else None
     if agent is None or (owner_id is not None and agent.owner_id != owner_id):
-        raise NotFound("Agent not found", {"agent": str(agent_id)})
+        raise NotFound("Agent not found")
     return _replace_key(store, "agent", agent.id)
 
 
