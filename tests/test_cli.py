@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -10,10 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from mnemos.config import Settings
-from mnemos.domain.accounts import hash_key, user_id_from_token
+from mnemos.domain.accounts import hash_key, issue_token, own_token_claims
+from mnemos.domain.tokens import TokenVerifier
+from mnemos.errors import Unauthorized
 from mnemos.storage import open_store
+from mnemos.storage.base import Store
+from tests.api.test_band_agent import store as store_memory
+from tests.world import World
 
 
 def run(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -50,7 +57,7 @@ def test_bootstrap_and_stored_state(tmp_path: Path) -> None:
         assert ctx.owner.email == "ann@acme.test" and ctx.owner.memory_enabled is False
         assert store.user_by_key(hash_key(user["api_key"])) is not None
         assert store.agent_by_key(hash_key(user["api_key"])) is None
-        assert str(user_id_from_token(store, token)) == user["id"]
+        assert str(own_token_claims(store, token).user_id) == user["id"]
     finally:
         store.close()
     for path in tmp_path.glob("cli.db*"):
@@ -84,3 +91,80 @@ def test_migrate_is_idempotent(tmp_path: Path) -> None:
     db = tmp_path / "cli.db"
     assert ok(db, "migrate")["ok"] is True
     assert ok(db, "migrate")["ok"] is True
+
+
+# --- credentials, on every backend ---------------------------------------------------------
+
+
+def admin(database_url: str, *args: str, env: dict[str, str] | None = None) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "mnemos", "admin", *args, "--database-url", database_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def admin_ok(database_url: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    done = admin(database_url, *args, env=env)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_rotate_keys(database_url: str, store: Store, world: World, client: TestClient) -> None:
+    ann = world.user("Ann", "acme")
+    bot = world.agent(ann)
+    memory = store.get_memory(uuid.UUID(store_memory(client, bot, "survives rotation")["id"]))
+    agent_key = admin_ok(database_url, "rotate-key", "--agent", bot.id)
+    assert list(agent_key) == ["api_key"] and agent_key["api_key"].startswith("mn_agent_")
+    assert store.agent_by_key(hash_key(bot.api_key)) is None
+    ctx = store.agent_by_key(hash_key(agent_key["api_key"]))
+    assert ctx is not None and str(ctx.agent.id) == bot.id
+    assert store.get_memory(memory.id) == memory
+    user_key = admin_ok(database_url, "rotate-key", "--user", ann.id)
+    assert list(user_key) == ["api_key"] and user_key["api_key"].startswith("mn_user_")
+    assert store.user_by_key(hash_key(ann.api_key)) is None
+    assert store.user_by_key(hash_key(user_key["api_key"])) is not None
+    assert store.agent_by_key(hash_key(agent_key["api_key"])) is not None  # agents unaffected
+
+
+def test_revoke_tokens(database_url: str, store: Store, world: World) -> None:
+    ann = world.user("Ann", "acme")
+    verifier = TokenVerifier(Settings(database_url=database_url), store)
+    before = issue_token(store, uuid.UUID(ann.id), 600)
+    assert str(verifier.user(before).user.id) == ann.id
+    assert admin_ok(database_url, "revoke-tokens", "--user", ann.id)["ok"] is True
+    after = admin_ok(database_url, "create-token", "--user", ann.id, "--ttl", "60")["token"]
+    with pytest.raises(Unauthorized):
+        verifier.user(before)
+    assert str(verifier.user(after).user.id) == ann.id
+    assert store.user_by_key(hash_key(ann.api_key)) is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("rotate-key", "--agent", str(uuid.uuid4())), 1),
+        (("rotate-key", "--user", str(uuid.uuid4())), 1),
+        (("revoke-tokens", "--user", str(uuid.uuid4())), 1),
+        (("rotate-key",), 2),
+        (("rotate-key", "--agent", str(uuid.uuid4()), "--user", str(uuid.uuid4())), 2),
+        (("revoke-tokens",), 2),
+    ],
+)
+def test_credential_refusals(database_url: str, args: tuple[str, ...], code: int) -> None:
+    done = admin(database_url, *args)
+    assert done.returncode == code and done.stdout == ""
+    if code == 1:
+        assert json.loads(done.stderr)["error"]["code"] == "not_found"
+
+
+def test_agents_per_person_cap(database_url: str, world: World) -> None:
+    ann = world.user("Ann", "acme")
+    cap = {"MNEMOS_MAX_AGENTS_PER_USER": "1"}
+    admin_ok(database_url, "create-agent", "--owner", ann.id, "--name", "One", env=cap)
+    done = admin(database_url, "create-agent", "--owner", ann.id, "--name", "Two", env=cap)
+    assert done.returncode == 1 and done.stdout == ""
+    assert json.loads(done.stderr)["error"]["code"] == "agent_limit_reached"

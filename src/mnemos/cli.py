@@ -143,7 +143,8 @@ def create_agent(
 ) -> None:
     """Create an agent owned by a person; prints its API key once."""
     with _admin_store(database_url) as store:
-        issued = accounts.create_agent(store, owner_id, name, description)
+        cap = load_settings(database_url=database_url).max_agents_per_user
+        issued = accounts.create_agent(store, owner_id, name, description, max_agents=cap)
         _emit({"id": str(issued.agent.id), "api_key": issued.api_key})
 
 
@@ -174,6 +175,33 @@ def create_token(user_id: uuid.UUID, ttl: int, database_url: str | None) -> None
     with _admin_store(database_url) as store:
         secret = load_settings(database_url=database_url).jwt_secret
         _emit({"token": accounts.issue_token(store, user_id, ttl, secret)})
+
+
+@_admin_command
+@click.option("--agent", "agent_id", callback=_uuid, default=None)
+@click.option("--user", "user_id", callback=_uuid, default=None)
+def rotate_key(
+    agent_id: uuid.UUID | None, user_id: uuid.UUID | None, database_url: str | None
+) -> None:
+    """Give an agent or a person a new API key (printed once); the old one is refused at once."""
+    if (agent_id is None) == (user_id is None):
+        raise click.UsageError("give exactly one of --agent and --user")
+    with _admin_store(database_url) as store:
+        if agent_id is not None:
+            key = accounts.rotate_agent_key(store, agent_id)
+        else:
+            assert user_id is not None
+            key = accounts.rotate_user_key(store, user_id)
+        _emit({"api_key": key})
+
+
+@_admin_command
+@click.option("--user", "user_id", callback=_uuid, required=True)
+def revoke_tokens(user_id: uuid.UUID, database_url: str | None) -> None:
+    """Refuse every bearer token issued to a person until now (their API key keeps working)."""
+    with _admin_store(database_url) as store:
+        revoked_at = accounts.revoke_tokens(store, user_id)
+        _emit({"ok": True, "tokens_valid_after": revoked_at.isoformat()})
 
 
 @_admin_command

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
 MIN_SECRET_BYTES = 32
+DEFAULT_MAX_AGENTS_PER_USER = 50
 
 
 def default_data_dir() -> Path:
@@ -31,8 +32,13 @@ class Settings(BaseSettings):
     # Threads that run blocking work (routes, database calls) per process; 0 = by backend (see
     # `resolved_worker_threads`). Scale with processes (`--workers`), not threads.
     worker_threads: int = Field(default=0, ge=0, le=200)
-    # Requests per minute per caller (API key, token or Tuya client; else client address); 0 = off.
+    # Requests per minute per caller: the agent, person or Tuya project authentication resolved
+    # (a request without credentials: its client address); 0 = off.
     rate_limit_per_minute: int = Field(default=3000, ge=0)
+    # Failed authentications per minute per client address; past it, 429 before any lookup.
+    auth_failures_per_minute: int = Field(default=30, ge=0)
+    # Agents one person may own: each agent's key has its own request allowance.
+    max_agents_per_user: int = Field(default=DEFAULT_MAX_AGENTS_PER_USER, ge=1)
     redis_url: str = ""
     redis_prefix: str = "mnemos:rl:"
     # HS256 secret for Mnemos-issued JWTs; empty = a random one kept in the database.

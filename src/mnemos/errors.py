@@ -89,6 +89,24 @@ class Conflict(MnemosError):
     status, code, default_message = 409, "conflict", "Conflict"
 
 
+class AgentLimitReached(MnemosError):
+    status, code, default_message = 409, "agent_limit_reached", "Too many agents for one person"
+
+
+class DuplicateHeader(MnemosError):
+    status, code, default_message = 400, "duplicate_header", "A credential header is repeated"
+
+
+class RateLimited(MnemosError):
+    """Too many requests (or failed authentications); retry after `retry_after` seconds."""
+
+    status, code, default_message = 429, "rate_limited", "Too many requests; retry later"
+
+    def __init__(self, retry_after: int, message: str | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class InsufficientStorage(MnemosError):
     status, code, default_message = 507, "insufficient_storage", "The database has no room to write"
 

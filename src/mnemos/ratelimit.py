@@ -78,8 +78,65 @@ class RateLimiter:
         return Verdict(count <= self.per_minute, self.per_minute, remaining, retry_after)
 
 
-def build_limiter(per_minute: int, redis_url: str, prefix: str) -> RateLimiter | None:
-    if per_minute <= 0:
-        return None
-    counter: Counter = RedisCounter(redis_url, prefix) if redis_url else LocalCounter()
-    return RateLimiter(per_minute, counter)
+class FailureLimiter:
+    """Failed authentications per client address: past `per_minute` in a window, the address is
+    refused until the window ends, before any credential is looked up.
+
+    Failures are counted in the shared counter (Redis when configured); the refusal itself is
+    decided from this process's memory, so successful requests cost nothing here. Another
+    process starts refusing at its own next failure once the shared count is over the limit.
+    """
+
+    def __init__(self, per_minute: int, counter: Counter, max_addresses: int = 100_000):
+        self.per_minute = per_minute
+        self.counter = counter
+        self.max_addresses = max_addresses
+        self._blocked_until: dict[str, float] = {}
+
+    def retry_after(self, address: str) -> int | None:
+        """Seconds until `address` may try again, or None when it may try now."""
+        until = self._blocked_until.get(address)
+        if until is None:
+            return None
+        now = time.time()
+        if until <= now:
+            self._blocked_until.pop(address, None)
+            return None
+        return max(1, int(until - now))
+
+    async def failed(self, address: str) -> None:
+        """Count one failed authentication from `address`."""
+        now = time.time()
+        window = int(now // WINDOW_SECONDS)
+        try:
+            count = await self.counter.hit(f"fail:{address}", window)
+        except Exception:  # noqa: BLE001 - fail open, see the module docstring
+            log.warning("rate limiter unavailable; not counting a failure", exc_info=True)
+            return
+        if count >= self.per_minute:
+            if len(self._blocked_until) >= self.max_addresses:
+                self._blocked_until = {k: v for k, v in self._blocked_until.items() if v > now}
+            self._blocked_until[address] = (window + 1) * WINDOW_SECONDS
+
+
+@dataclass(frozen=True)
+class Limiters:
+    """Requests per caller, and failed authentications per address; None where turned off."""
+
+    requests: RateLimiter | None
+    failures: FailureLimiter | None
+
+
+def _counter(redis_url: str, prefix: str) -> Counter:
+    return RedisCounter(redis_url, prefix) if redis_url else LocalCounter()
+
+
+def build_limiters(
+    per_minute: int, failures_per_minute: int, redis_url: str, prefix: str
+) -> Limiters:
+    """The limiters settings ask for (a limit of 0 turns one off), sharing one counter."""
+    counter = _counter(redis_url, prefix)
+    return Limiters(
+        RateLimiter(per_minute, counter) if per_minute > 0 else None,
+        FailureLimiter(failures_per_minute, counter) if failures_per_minute > 0 else None,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -10,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from mnemos.api.app import create_app
 from mnemos.config import Settings
+from mnemos.domain.accounts import issue_token
 from mnemos.storage.base import Store
 from tests.api.test_band_agent import BASE, error
 from tests.world import World
@@ -57,3 +59,109 @@ def test_redis_outage_fails_open(settings: Settings, store: Store, world: World)
     broken = limited(settings, redis_url="redis://127.0.0.1:1/0")
     with TestClient(create_app(broken, store)) as client:
         assert all(client.get(BASE, headers=agent.headers).status_code == 200 for _ in range(7))
+
+
+ME = "/api/v1/me/profile"
+SUPERAGENT = "/api/agents/{}/memory"
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        (BASE, "X-API-Key"),
+        (BASE, "Authorization"),
+        (BASE, "api_key"),
+        (ME, "x-api-key"),
+        (SUPERAGENT.format(uuid.uuid4()), "api_key"),
+    ],
+)
+def test_repeated_credential_headers_are_refused(
+    client: TestClient, world: World, path: str, name: str
+) -> None:
+    """One reader could take the first value and another the last: neither gets the chance."""
+    agent = world.agent(world.user("Rae", "rl"))
+    value = agent.api_key if name.lower() != "authorization" else f"Bearer {agent.api_key}"
+    headers = [("X-API-Key", agent.api_key), (name, value), (name, value + "x")]
+    if name.lower() == "x-api-key":
+        headers = headers[1:]
+    body = error(client.get(path, headers=headers), 400, "duplicate_header")
+    assert body["details"] == {name.lower(): "repeated"}
+
+
+def test_repeated_tuya_credential_header_gets_the_tuya_envelope(client: TestClient) -> None:
+    headers = [("client_id", "a"), ("client_id", "b"), ("sign", "x"), ("t", "1")]
+    answer = client.get("/v1.0/token", params={"grant_type": 1}, headers=headers)
+    assert answer.status_code == 200
+    assert answer.json()["success"] is False and answer.json()["code"] == 1109
+
+
+def test_limit_follows_the_identity_not_the_headers(
+    settings: Settings, store: Store, world: World
+) -> None:
+    """A header authentication ignores (`api_key` on Band), changed on every request, or a
+    second credential form of the same person (key, then token) does not open a new bucket."""
+    owner = world.user("Ria", "rl")
+    agent = world.agent(owner)
+    token = issue_token(store, uuid.UUID(owner.id), 60)
+    with TestClient(create_app(limited(settings), store)) as client:
+        for i in range(5):
+            junk = {**agent.headers, "api_key": f"junk-{i}"}
+            assert client.get(BASE, headers=junk).status_code == 200
+        error(client.get(BASE, headers={**agent.headers, "api_key": "fresh"}), 429, "rate_limited")
+        person = [
+            client.get(ME, headers=owner.headers if i % 2 else {"Authorization": f"Bearer {token}"})
+            for i in range(5)
+        ]
+        assert [r.status_code for r in person] == [200] * 5
+        error(client.get(ME, headers=owner.headers), 429, "rate_limited")
+        error(client.get(ME, headers={"Authorization": f"Bearer {token}"}), 429, "rate_limited")
+
+
+def failures_limited(settings: Settings, **extra: object) -> Settings:
+    return settings.model_copy(
+        update={"rate_limit_per_minute": 1000, "auth_failures_per_minute": 3, **extra}
+    )
+
+
+def test_a_flood_of_invalid_keys_from_one_address_is_refused(
+    settings: Settings, store: Store, world: World
+) -> None:
+    agent = world.agent(world.user("Rio", "rl"))
+    app = create_app(failures_limited(settings), store)
+    with TestClient(app) as client, TestClient(app, client=("10.0.0.2", 1)) as other:
+        for i in range(3):
+            error(client.get(BASE, headers={"X-API-Key": f"mn_agent_bad{i}"}), 401, "unauthorized")
+        refused = error(
+            client.get(BASE, headers={"X-API-Key": "mn_agent_bad9"}), 429, "rate_limited"
+        )
+        assert "failed authentications" in refused["message"]
+        assert 1 <= int(client.get(ME, headers=agent.headers).headers["retry-after"]) <= 60
+        # Refused before any lookup, whatever the credential: even a valid key from there ...
+        error(client.get(BASE, headers=agent.headers), 429, "rate_limited")
+        # ... while another address is unaffected.
+        assert other.get(BASE, headers=agent.headers).status_code == 200
+
+
+def test_failed_tuya_signatures_count_too(settings: Settings, store: Store, world: World) -> None:
+    org = world.org("rl-tuya")
+    store.create_tuya_project("rl-client", "s" * 32, uuid.UUID(org))
+    with TestClient(create_app(failures_limited(settings), store)) as client:
+        bad = {"client_id": "rl-client", "sign": "BAD", "t": str(int(time.time() * 1000))}
+        codes = [
+            client.get("/v1.0/token", params={"grant_type": 1}, headers=bad).json()["code"]
+            for _ in range(4)
+        ]
+        assert codes == [1004, 1004, 1004, 1110]
+
+
+@pytest.mark.skipif(not redis_up(), reason="no Redis on 127.0.0.1:6379")
+def test_failures_are_shared_through_redis(settings: Settings, store: Store) -> None:
+    shared = failures_limited(
+        settings, redis_url=REDIS_URL, redis_prefix=f"mnemos-test:{uuid.uuid4().hex}:"
+    )
+    bad = {"X-API-Key": "mn_agent_bad"}
+    with TestClient(create_app(shared, store)) as one, TestClient(create_app(shared, store)) as two:
+        assert [c.get(BASE, headers=bad).status_code for c in (one, one, two)] == [401] * 3
+        error(two.get(BASE, headers=bad), 429, "rate_limited")  # two saw the third failure
+        error(one.get(BASE, headers=bad), 401, "unauthorized")  # one learns at its next failure
+        error(one.get(BASE, headers=bad), 429, "rate_limited")

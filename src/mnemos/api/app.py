@@ -13,7 +13,7 @@ from mnemos import __version__
 from mnemos.api import band_agent, band_human, chats, superagent, tuya
 from mnemos.api.deps import Services, services
 from mnemos.api.errors import install_error_handlers
-from mnemos.api.middleware import RateLimitMiddleware, RequestContextMiddleware
+from mnemos.api.middleware import AccessMiddleware, RequestContextMiddleware
 from mnemos.api.responses import JSONResponse, errors
 from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
@@ -25,7 +25,7 @@ from mnemos.domain.tokens import TokenVerifier
 from mnemos.domain.tuya import TuyaMemories
 from mnemos.domain.tuya_auth import TuyaAuth
 from mnemos.errors import StorageUnavailable
-from mnemos.ratelimit import build_limiter
+from mnemos.ratelimit import build_limiters
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
 
@@ -71,10 +71,14 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         # Any route can meet these: they come from middleware or from the body parser.
         responses=errors(400, 413, 429, 500, 503, 507),
     )
-    limiter = build_limiter(
-        settings.rate_limit_per_minute, settings.redis_url, settings.redis_prefix
+    limiters = build_limiters(
+        settings.rate_limit_per_minute,
+        settings.auth_failures_per_minute,
+        settings.redis_url,
+        settings.redis_prefix,
     )
-    app.add_middleware(RateLimitMiddleware, limiter=limiter)
+    app.state.limiters = limiters
+    app.add_middleware(AccessMiddleware, limiter=limiters.requests)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     install_error_handlers(app)
     app.include_router(band_agent.router)

@@ -12,10 +12,12 @@ from mnemos.api.params import ListQuery, list_query
 from mnemos.api.responses import JSONResponse, data, errors, memory_page
 from mnemos.api.schemas import (
     AgentRegisterRequest,
+    CredentialsEnvelope,
     DeletedAgentEnvelope,
     MyAgentList,
     ProfileEnvelope,
     RegisteredEnvelope,
+    TokensRevokedEnvelope,
     UserMemoryEnvelope,
     UserMemoryList,
     memory_json,
@@ -150,7 +152,7 @@ def list_agents(
     "/agents/register",
     status_code=201,
     response_model=RegisteredEnvelope,
-    responses=errors(401, 422),
+    responses=errors(401, 409, 422),
     summary="Register an agent",
 )
 def register_agent(
@@ -158,8 +160,15 @@ def register_agent(
     ctx: UserContext = Depends(user_caller),
     svc: Services = Depends(services),
 ) -> JSONResponse:
-    """Creates an agent you own; its API key is shown only in this answer."""
-    issued = accounts.create_agent(svc.store, ctx.user.id, body.agent.name, body.agent.description)
+    """Creates an agent you own; its API key is shown only in this answer. 409
+    `agent_limit_reached` once you own `MNEMOS_MAX_AGENTS_PER_USER` agents."""
+    issued = accounts.create_agent(
+        svc.store,
+        ctx.user.id,
+        body.agent.name,
+        body.agent.description,
+        max_agents=svc.settings.max_agents_per_user,
+    )
     agent = issued.agent
     payload = {
         "agent": {
@@ -193,3 +202,49 @@ def delete_agent(
             "executions_deleted": 0,
         }
     )
+
+
+# Key rotation and token revocation are Mnemos extensions: Band's human API has no such routes
+# (docs/decisions.md, "Credential rotation and revocation").
+
+
+@router.post(
+    "/api-key/rotate",
+    response_model=CredentialsEnvelope,
+    responses=errors(401),
+    summary="Rotate my API key (Mnemos extension)",
+)
+def rotate_my_key(
+    ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+) -> JSONResponse:
+    """A new personal API key, shown only in this answer; your previous key is refused at once.
+    Your tokens are not affected (see `/tokens/revoke`)."""
+    return data({"api_key": accounts.rotate_user_key(svc.store, ctx.user.id)})
+
+
+@router.post(
+    "/agents/{id}/api-key/rotate",
+    response_model=CredentialsEnvelope,
+    responses=errors(401, 404),
+    summary="Rotate one of my agents' API key (Mnemos extension)",
+)
+def rotate_agent_key(
+    id: str, ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+) -> JSONResponse:
+    """A new API key for an agent you own, shown only in this answer; its previous key is
+    refused at once and its memories are untouched. 404 for an agent that is not yours."""
+    return data({"api_key": accounts.rotate_agent_key(svc.store, try_uuid(id), ctx.user.id)})
+
+
+@router.post(
+    "/tokens/revoke",
+    response_model=TokensRevokedEnvelope,
+    responses=errors(401),
+    summary="Revoke my bearer tokens (Mnemos extension)",
+)
+def revoke_my_tokens(
+    ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+) -> JSONResponse:
+    """Refuses every bearer token issued to you until now (including the one of this request);
+    tokens issued afterwards work. Your API key is not affected."""
+    return data({"tokens_valid_after": iso(accounts.revoke_tokens(svc.store, ctx.user.id))})

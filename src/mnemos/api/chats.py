@@ -5,7 +5,7 @@ Only the subset that memory visibility needs: create, list, get, and manage part
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
@@ -64,7 +64,9 @@ def participant_json(p: Participant) -> dict[str, Any]:
     }
 
 
-def _routes(router: APIRouter, caller: Callable[..., AgentContext | UserContext]) -> None:
+def _routes(
+    router: APIRouter, caller: Callable[..., Awaitable[AgentContext | UserContext]]
+) -> None:
     """The same room endpoints for either kind of caller."""
 
     async def actor(ctx: AgentContext | UserContext = Depends(caller)) -> Actor:

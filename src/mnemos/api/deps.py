@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from mnemos.api.access import authenticate
 from mnemos.config import Settings
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.human import HumanMemoryService
@@ -43,10 +44,7 @@ api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="A
 bearer = HTTPBearer(auto_error=False, scheme_name="BearerJWT")
 
 
-def agent_caller(
-    key: str | None = Depends(api_key_header), svc: Services = Depends(services)
-) -> AgentContext:
-    """The agent whose key is in `X-API-Key`; person keys are refused here."""
+def _agent(svc: Services, key: str | None) -> AgentContext:
     if not key:
         raise Unauthorized("X-API-Key header with an agent API key is required")
     ctx = svc.store.agent_by_key(hash_key(key))
@@ -55,19 +53,42 @@ def agent_caller(
     return ctx
 
 
-def user_caller(
-    key: str | None = Depends(api_key_header),
-    token: HTTPAuthorizationCredentials | None = Depends(bearer),
-    svc: Services = Depends(services),
-) -> UserContext:
-    """The person behind `X-API-Key` or `Authorization: Bearer <JWT>`; agent keys are refused."""
+def _person(svc: Services, key: str | None, token: str | None) -> UserContext:
     ctx: UserContext | None
     if key:
         ctx = svc.store.user_by_key(hash_key(key))
     elif token is not None:
-        ctx = svc.store.user_context(svc.tokens.user_id(token.credentials))
+        ctx = svc.tokens.user(token)
     else:
         raise Unauthorized("An X-API-Key or Bearer token is required")
     if ctx is None:
         raise Unauthorized("Invalid credentials")
     return ctx
+
+
+def agent_identity(ctx: AgentContext) -> str:
+    return f"agent:{ctx.agent.id}"
+
+
+def user_identity(ctx: UserContext) -> str:
+    return f"user:{ctx.user.id}"
+
+
+async def agent_caller(
+    request: Request,
+    key: str | None = Depends(api_key_header),
+    svc: Services = Depends(services),
+) -> AgentContext:
+    """The agent whose key is in `X-API-Key`; person keys are refused here."""
+    return await authenticate(request, lambda: _agent(svc, key), agent_identity)
+
+
+async def user_caller(
+    request: Request,
+    key: str | None = Depends(api_key_header),
+    token: HTTPAuthorizationCredentials | None = Depends(bearer),
+    svc: Services = Depends(services),
+) -> UserContext:
+    """The person behind `X-API-Key` or `Authorization: Bearer <JWT>`; agent keys are refused."""
+    credentials = token.credentials if token is not None else None
+    return await authenticate(request, lambda: _person(svc, key, credentials), user_identity)

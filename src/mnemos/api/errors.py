@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from mnemos.api.middleware import error_body
-from mnemos.errors import MnemosError
+from mnemos.errors import MnemosError, RateLimited
 
 log = logging.getLogger("mnemos")
 
@@ -57,7 +57,8 @@ def _field_name(loc: tuple[Any, ...]) -> str:
 
 async def _mnemos_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, MnemosError)
-    return error_response(request, exc.status, exc.code, exc.message, exc.details)
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
+    return error_response(request, exc.status, exc.code, exc.message, exc.details, headers)
 
 
 PAGINATION_FIELDS = frozenset({"cursor", "limit", "page", "page_size"})

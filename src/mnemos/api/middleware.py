@@ -1,15 +1,17 @@
-"""ASGI middleware: a request id on every response, and a hard cap on body size."""
+"""ASGI middleware: a request id on every response, a hard cap on body size, and access checks."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mnemos.ratelimit import RateLimiter
+from mnemos.api.access import RATE_LIMIT_STATE, client_address
+from mnemos.ratelimit import RateLimiter, Verdict
 
 REQUEST_ID_HEADER = b"x-request-id"
 
@@ -107,22 +109,42 @@ class RequestContextMiddleware:
         await send({"type": "http.response.body", "body": body})
 
 
-IDENTITY_HEADERS = (b"x-api-key", b"api_key", b"authorization", b"client_id")
+# Every header authentication reads, in any API family. Sent twice, one reader could take the
+# first and another the last: such a request is refused before anything reads it.
+CREDENTIAL_HEADERS = frozenset(
+    {
+        b"authorization",
+        b"x-api-key",
+        b"api_key",
+        b"client_id",
+        b"access_token",
+        b"sign",
+        b"t",
+        b"nonce",
+        b"signature-headers",
+    }
+)
+TUYA_PATHS = "/v1.0/"  # Tuya's routes answer refusals in their own envelope
 
 
-def caller_identity(scope: Scope) -> str:
-    """Who to count a request against: its credential (hashed), else its address."""
-    headers = dict(scope.get("headers", []))
-    for name in IDENTITY_HEADERS:
-        value = headers.get(name)
-        if value:
-            return name.decode() + ":" + hashlib.sha256(value).hexdigest()[:32]
-    client = scope.get("client") or ("unknown", 0)
-    return f"ip:{client[0]}"
+def credential_headers(scope: Scope) -> tuple[set[bytes], bytes | None]:
+    """The credential headers a request carries, and the first one it repeats (if any)."""
+    seen: set[bytes] = set()
+    for raw, _ in scope.get("headers", []):
+        name = raw.lower()
+        if name in CREDENTIAL_HEADERS:
+            if name in seen:
+                return seen, name
+            seen.add(name)
+    return seen, None
 
 
-class RateLimitMiddleware:
-    """429 `rate_limited` with `Retry-After` once a caller passes its per-minute limit."""
+class AccessMiddleware:
+    """Refuses repeated credential headers (400 `duplicate_header`), counts requests that carry
+    no credential against their client address (429 `rate_limited` with `Retry-After`), and adds
+    the `X-RateLimit-*` headers of whichever count the request met. Requests with credentials
+    are counted by authentication itself (`mnemos.api.access`), against the identity it found.
+    """
 
     def __init__(
         self, app: ASGIApp, limiter: RateLimiter | None, exempt: tuple[str, ...] = ("/healthz",)
@@ -132,35 +154,52 @@ class RateLimitMiddleware:
         self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.limiter is None or scope["type"] != "http" or scope["path"] in self.exempt:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        verdict = await self.limiter.check(caller_identity(scope))
-        limit_headers = [
-            (b"x-ratelimit-limit", str(verdict.limit).encode()),
-            (b"x-ratelimit-remaining", str(verdict.remaining).encode()),
-        ]
-        if not verdict.allowed:
-            request_id = scope.get("state", {}).get("request_id", "")
-            body = error_body("rate_limited", "Too many requests; retry later", request_id)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 429,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"retry-after", str(verdict.retry_after).encode()),
-                        *limit_headers,
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+        present, repeated = credential_headers(scope)
+        if repeated is not None:
+            await self._duplicate(scope, receive, send, repeated.decode("latin-1"))
             return
+        state = scope.setdefault("state", {})
+        if self.limiter is not None and not present and scope["path"] not in self.exempt:
+            verdict = await self.limiter.check(f"ip:{client_address(scope)}")
+            state[RATE_LIMIT_STATE] = verdict
+            if not verdict.allowed:
+                await self._too_many(scope, receive, send, verdict)
+                return
 
         async def send_with_limits(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *limit_headers]
+            verdict = state.get(RATE_LIMIT_STATE)
+            if message["type"] == "http.response.start" and verdict is not None:
+                message["headers"] = [*message.get("headers", []), *_limit_headers(verdict)]
             await send(message)
 
         await self.app(scope, receive, send_with_limits)
+
+    async def _duplicate(self, scope: Scope, receive: Receive, send: Send, name: str) -> None:
+        message = f"The {name} header may appear only once"
+        if scope["path"].startswith(TUYA_PATHS):
+            from mnemos.api.tuya import envelope
+
+            response: Response = envelope(Request(scope), code=1109, msg=message)
+        else:
+            request_id = scope.get("state", {}).get("request_id", "")
+            body = error_body("duplicate_header", message, request_id, {name: "repeated"})
+            response = Response(body, status_code=400, media_type="application/json")
+        await response(scope, receive, send)
+
+    async def _too_many(self, scope: Scope, receive: Receive, send: Send, verdict: Verdict) -> None:
+        request_id = scope.get("state", {}).get("request_id", "")
+        body = error_body("rate_limited", "Too many requests; retry later", request_id)
+        headers = {"Retry-After": str(verdict.retry_after)}
+        headers.update((k.decode(), v.decode()) for k, v in _limit_headers(verdict))
+        response = Response(body, 429, headers=headers, media_type="application/json")
+        await response(scope, receive, send)
+
+
+def _limit_headers(verdict: Verdict) -> list[tuple[bytes, bytes]]:
+    return [
+        (b"x-ratelimit-limit", str(verdict.limit).encode()),
+        (b"x-ratelimit-remaining", str(verdict.remaining).encode()),
+    ]

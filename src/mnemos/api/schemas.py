@@ -255,6 +255,18 @@ class RegisteredEnvelope(BaseModel):
     data: RegisteredEnvelopeData
 
 
+class CredentialsEnvelope(BaseModel):
+    data: AgentCredentials
+
+
+class TokensRevoked(BaseModel):
+    tokens_valid_after: str
+
+
+class TokensRevokedEnvelope(BaseModel):
+    data: TokensRevoked
+
+
 class DeletedAgent(BaseModel):
     id: str
     name: str

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials
 from pydantic import BaseModel
 
-from mnemos.api.deps import Services, bearer, services
+from mnemos.api.access import authenticate
+from mnemos.api.deps import Services, bearer, services, user_identity
 from mnemos.api.responses import JSONResponse, errors
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.ids import iso
@@ -28,23 +29,29 @@ class SuperagentMemory(BaseModel):
     updated_date: str
 
 
-def person(
+def _person(svc: Services, key: str | None, token: str | None) -> UserContext:
+    ctx: UserContext | None = None
+    if key:
+        ctx = svc.store.user_by_key(hash_key(key))
+    elif token is not None:
+        if token.startswith("mn_"):
+            ctx = svc.store.user_by_key(hash_key(token))
+        else:
+            ctx = svc.tokens.user(token)
+    if ctx is None:
+        raise Unauthorized("A personal API key or token is required")
+    return ctx
+
+
+async def person(
+    request: Request,
     key: str | None = Depends(personal_key),
     token: HTTPAuthorizationCredentials | None = Depends(bearer),
     svc: Services = Depends(services),
 ) -> UserContext:
     """A person's key (`api_key` header) or token (`Authorization: Bearer`); never an agent's."""
-    ctx: UserContext | None = None
-    if key:
-        ctx = svc.store.user_by_key(hash_key(key))
-    elif token is not None:
-        secret = token.credentials
-        ctx = svc.store.user_by_key(hash_key(secret)) if secret.startswith("mn_") else None
-        if ctx is None and not secret.startswith("mn_"):
-            ctx = svc.store.user_context(svc.tokens.user_id(secret))
-    if ctx is None:
-        raise Unauthorized("A personal API key or token is required")
-    return ctx
+    credentials = token.credentials if token is not None else None
+    return await authenticate(request, lambda: _person(svc, key, credentials), user_identity)
 
 
 @router.get(

@@ -11,13 +11,14 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
+from mnemos.api.access import authenticate
 from mnemos.api.deps import Services, services
 from mnemos.api.responses import JSONResponse
 from mnemos.domain.tuya import TuyaMemories
@@ -25,6 +26,7 @@ from mnemos.domain.tuya_auth import SignedRequest, TuyaCaller, TuyaError, param_
 from mnemos.errors import MnemosError, StorageUnavailable
 
 DEVICE = "/v1.0/cloud/agent/ai/chat/b/devices/{device_id}"
+T = TypeVar("T")
 
 
 def envelope(
@@ -74,10 +76,27 @@ async def signed(request: Request) -> SignedRequest:
     )
 
 
+def _too_many(_retry_after: int, message: str | None) -> TuyaError:
+    return TuyaError(1110, message or "request frequency over limit, retry later")
+
+
+def _project(client_id: str) -> str:
+    return f"tuya:{client_id}"
+
+
+async def _authenticated(
+    request: Request, resolve: Callable[[], T], identity: Callable[[T], str]
+) -> T:
+    """Signature checks counted like every authentication (see `mnemos.api.access`)."""
+    return await authenticate(request, resolve, identity, failures=(TuyaError,), refuse=_too_many)
+
+
 async def caller(
-    request: SignedRequest = Depends(signed), svc: Services = Depends(services)
+    request: Request, signature: SignedRequest = Depends(signed), svc: Services = Depends(services)
 ) -> TuyaCaller:
-    return await run_in_threadpool(svc.tuya_auth.caller, request)
+    return await _authenticated(
+        request, lambda: svc.tuya_auth.caller(signature), lambda who: _project(who.client_id)
+    )
 
 
 @dataclass(frozen=True)
@@ -104,25 +123,35 @@ def _flag(value: str | None) -> bool:
 
 
 @router.get("/v1.0/token", summary="Get an access token")
-def token(
+async def token(
     request: Request,
     grant_type: str | None = Query(None),
     signature: SignedRequest = Depends(signed),
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """`grant_type=1`: an access and a refresh token for a correctly signed project."""
-    return envelope(request, svc.tuya_auth.grant(signature, grant_type))
+    client_id = signature.headers.get("client_id", "")
+    granted = await _authenticated(
+        request, lambda: svc.tuya_auth.grant(signature, grant_type), lambda _: _project(client_id)
+    )
+    return envelope(request, granted)
 
 
 @router.get("/v1.0/token/{refresh_token}", summary="Refresh an access token")
-def refresh(
+async def refresh(
     request: Request,
     refresh_token: str,
     signature: SignedRequest = Depends(signed),
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """A new token pair; the old pair stops working."""
-    return envelope(request, svc.tuya_auth.refresh(signature, refresh_token))
+    client_id = signature.headers.get("client_id", "")
+    renewed = await _authenticated(
+        request,
+        lambda: svc.tuya_auth.refresh(signature, refresh_token),
+        lambda _: _project(client_id),
+    )
+    return envelope(request, renewed)
 
 
 @router.get(f"{DEVICE}/memories", summary="Query memory list")

@@ -11,13 +11,14 @@ import re
 import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import jwt
 
+from mnemos.config import DEFAULT_MAX_AGENTS_PER_USER
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Agent, Organization, User
-from mnemos.errors import NotFound, PlanRequired, Unauthorized, invalid_field
+from mnemos.errors import AgentLimitReached, NotFound, PlanRequired, Unauthorized, invalid_field
 from mnemos.storage.base import KeyKind, Store
 
 KEY_PREFIXES: dict[KeyKind, str] = {"agent": "mn_agent_", "user": "mn_user_"}
@@ -95,8 +96,15 @@ def create_user(store: Store, name: str, email: str, org_id: uuid.UUID | None) -
 
 
 def create_agent(
-    store: Store, owner_id: uuid.UUID, name: str, description: str | None
+    store: Store,
+    owner_id: uuid.UUID,
+    name: str,
+    description: str | None,
+    *,
+    max_agents: int = DEFAULT_MAX_AGENTS_PER_USER,
 ) -> IssuedAgent:
+    """An agent for a person, with its key; refused once they own `max_agents` (each agent's key
+    has its own request allowance, so the cap bounds what one person can get)."""
     owner = store.get_user(owner_id)
     if owner is None:
         raise NotFound("No such user", {"owner": str(owner_id)})
@@ -113,7 +121,11 @@ def create_agent(
         inserted_at=now,
         updated_at=now,
     )
-    store.create_agent(agent)
+    if not store.create_agent(agent, max_agents):
+        raise AgentLimitReached(
+            f"A person may own at most {max_agents} agents; delete one first",
+            {"max_agents": max_agents},
+        )
     key = new_key("agent")
     store.add_api_key(hash_key(key), "agent", agent.id)
     return IssuedAgent(agent, key)
@@ -135,14 +147,35 @@ def issue_token(store: Store, user_id: uuid.UUID, ttl_seconds: int, secret: str 
         "sub": str(user_id),
         "iss": JWT_ISSUER,
         "aud": JWT_AUDIENCE,
-        "iat": now,
+        # To the microsecond (a NumericDate may be fractional): a token issued in the same second
+        # as, but after, a revocation must stay valid (see `check_not_revoked`).
+        "iat": now.timestamp(),
         "exp": now + timedelta(seconds=ttl_seconds),
     }
     return jwt.encode(claims, jwt_secret(store, secret), algorithm=JWT_ALGORITHM)
 
 
-def user_id_from_token(store: Store, token: str, secret: str = "") -> uuid.UUID:
-    """The person a Mnemos-issued JWT names; `unauthorized` for anything else."""
+@dataclass(frozen=True)
+class TokenClaims:
+    """What Mnemos uses of a verified bearer token."""
+
+    user_id: uuid.UUID
+    issued_at: float | None
+
+
+def token_claims(claims: dict[str, object]) -> TokenClaims:
+    """The subject and issue time of verified claims; `unauthorized` if they are not usable."""
+    iat = claims.get("iat")
+    if iat is not None and (isinstance(iat, bool) or not isinstance(iat, int | float)):
+        raise Unauthorized("Invalid or expired token")
+    try:
+        return TokenClaims(uuid.UUID(str(claims["sub"])), None if iat is None else float(iat))
+    except ValueError:
+        raise Unauthorized("Invalid or expired token") from None
+
+
+def own_token_claims(store: Store, token: str, secret: str = "") -> TokenClaims:
+    """The claims of a Mnemos-issued JWT; `unauthorized` for anything else."""
     try:
         claims = jwt.decode(
             token,
@@ -152,9 +185,53 @@ def user_id_from_token(store: Store, token: str, secret: str = "") -> uuid.UUID:
             issuer=JWT_ISSUER,
             options={"require": ["exp", "sub", "iss", "aud"]},
         )
-        return uuid.UUID(str(claims["sub"]))
-    except (jwt.PyJWTError, ValueError):
+    except jwt.PyJWTError:
         raise Unauthorized("Invalid or expired token") from None
+    return token_claims(claims)
+
+
+def check_not_revoked(user: User, issued_at: float | None) -> None:
+    """Refuse a token issued at or before the person's last revocation (or with no `iat` once
+    they have revoked). Strictly after: Mnemos tokens carry `iat` to the microsecond, so one
+    issued later in the same second passes; an external token's whole-second `iat` in the
+    revocation's second is refused (the safe side)."""
+    cutoff = user.tokens_valid_after
+    if cutoff is None:
+        return
+    if issued_at is None or issued_at <= cutoff.timestamp():
+        raise Unauthorized("Token revoked")
+
+
+def revoke_tokens(store: Store, user_id: uuid.UUID) -> datetime:
+    """Refuse every bearer token issued to the person until now; the revocation time."""
+    now = utcnow()
+    if not store.set_tokens_valid_after(user_id, now):
+        raise NotFound("No such user", {"user": str(user_id)})
+    return now
+
+
+def rotate_user_key(store: Store, user_id: uuid.UUID) -> str:
+    """A new API key for a person; their previous keys stop working at once."""
+    if store.get_user(user_id) is None:
+        raise NotFound("No such user", {"user": str(user_id)})
+    return _replace_key(store, "user", user_id)
+
+
+def rotate_agent_key(
+    store: Store, agent_id: uuid.UUID | None, owner_id: uuid.UUID | None = None
+) -> str:
+    """A new API key for an agent (of `owner_id`, when given: 404 for anyone else's, so
+    existence is not leaked); its previous keys stop working at once, its memories stay."""
+    agent = store.get_agent(agent_id) if agent_id else None
+    if agent is None or (owner_id is not None and agent.owner_id != owner_id):
+        raise NotFound("Agent not found")
+    return _replace_key(store, "agent", agent.id)
+
+
+def _replace_key(store: Store, kind: KeyKind, principal_id: uuid.UUID) -> str:
+    key = new_key(kind)
+    store.replace_api_keys(kind, principal_id, hash_key(key))
+    return key
 
 
 def delete_owned_agent(store: Store, owner_id: uuid.UUID, agent_id: uuid.UUID | None) -> Agent:

@@ -85,6 +85,8 @@ class User:
     memory_enabled: bool
     inserted_at: datetime
     updated_at: datetime
+    # Bearer tokens issued at or before this moment are refused; None: no revocation yet.
+    tokens_valid_after: datetime | None = None
 
 
 @dataclass(frozen=True)

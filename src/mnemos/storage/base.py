@@ -80,7 +80,10 @@ class Store(abc.ABC):
         """Turn memory access on or off; False when no such entity exists."""
 
     @abc.abstractmethod
-    def create_agent(self, agent: Agent) -> None: ...
+    def create_agent(self, agent: Agent, max_per_owner: int) -> bool:
+        """Create an agent unless its owner already has `max_per_owner`; False then.
+
+        Concurrent calls for one owner count each other (the cap holds under races)."""
 
     @abc.abstractmethod
     def get_agent(self, agent_id: uuid.UUID) -> Agent | None: ...
@@ -88,6 +91,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def add_api_key(self, key_hash: str, kind: KeyKind, principal_id: uuid.UUID) -> None:
         """Record the hash of a newly issued key (the key itself is never stored)."""
+
+    @abc.abstractmethod
+    def replace_api_keys(self, kind: KeyKind, principal_id: uuid.UUID, key_hash: str) -> None:
+        """In one transaction: revoke every live key of the principal, record the new one."""
+
+    @abc.abstractmethod
+    def set_tokens_valid_after(self, user_id: uuid.UUID, moment: datetime) -> bool:
+        """Refuse from now on the person's bearer tokens issued at or before `moment`;
+        False when no such person exists."""
 
     @abc.abstractmethod
     def agent_by_key(self, key_hash: str) -> AgentContext | None:

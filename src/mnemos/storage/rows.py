@@ -112,6 +112,7 @@ def to_user(row: sa.Row[Any], prefix: str = "") -> User:
         memory_enabled=m[f"{prefix}memory_enabled"],
         inserted_at=m[f"{prefix}inserted_at"],
         updated_at=m[f"{prefix}updated_at"],
+        tokens_valid_after=m[f"{prefix}tokens_valid_after"],
     )
 
 

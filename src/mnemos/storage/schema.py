@@ -78,6 +78,8 @@ users = sa.Table(
     sa.Column("memory_enabled", sa.Boolean(), nullable=False, server_default=sa.true()),
     sa.Column("inserted_at", UTCDateTime(), nullable=False),
     sa.Column("updated_at", UTCDateTime(), nullable=False),
+    # Bearer tokens issued at or before this moment are refused (`mnemos admin revoke-tokens`).
+    sa.Column("tokens_valid_after", UTCDateTime(), nullable=True),
 )
 
 agents = sa.Table(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -110,12 +111,23 @@ class AccountsSql(SqlBase):
             )
         return result.rowcount == 1
 
-    def create_agent(self, agent: Agent) -> None:
+    def create_agent(self, agent: Agent, max_per_owner: int) -> bool:
         try:
             with self._write() as conn:
+                # The owner's row is locked (PostgreSQL; SQLite writes one at a time) so that
+                # concurrent registrations count each other.
+                conn.execute(
+                    sa.select(users.c.id).where(users.c.id == agent.owner_id).with_for_update()
+                )
+                owned = conn.execute(
+                    sa.select(sa.func.count()).where(agents.c.owner_id == agent.owner_id)
+                ).scalar_one()
+                if owned >= max_per_owner:
+                    return False
                 conn.execute(agents.insert().values(**agent.__dict__))
         except sa.exc.IntegrityError as exc:
             raise Conflict("An agent with this handle exists", {"handle": agent.handle}) from exc
+        return True
 
     def get_agent(self, agent_id: uuid.UUID) -> Agent | None:
         with self._read() as conn:
@@ -129,6 +141,30 @@ class AccountsSql(SqlBase):
                     key_hash=key_hash, kind=kind, principal_id=principal_id, inserted_at=utcnow()
                 )
             )
+
+    def replace_api_keys(self, kind: KeyKind, principal_id: uuid.UUID, key_hash: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                api_keys.update()
+                .where(
+                    api_keys.c.principal_id == principal_id,
+                    api_keys.c.kind == kind,
+                    api_keys.c.revoked_at.is_(None),
+                )
+                .values(revoked_at=utcnow())
+            )
+            conn.execute(
+                api_keys.insert().values(
+                    key_hash=key_hash, kind=kind, principal_id=principal_id, inserted_at=utcnow()
+                )
+            )
+
+    def set_tokens_valid_after(self, user_id: uuid.UUID, moment: datetime) -> bool:
+        with self._write() as conn:
+            result = conn.execute(
+                users.update().where(users.c.id == user_id).values(tokens_valid_after=moment)
+            )
+        return result.rowcount == 1
 
     def agent_by_key(self, key_hash: str) -> AgentContext | None:
         with self._read() as conn:

@@ -1,0 +1,79 @@
+"""Who a request counts against: the identity its authentication resolved.
+
+Every authenticating dependency (Band agent and person, Superagent person, Tuya project) goes
+through `authenticate`, so the request limit is keyed on what authentication actually found
+(`agent:<id>`, `user:<id>`, `tuya:<client id>`) and never on a header authentication ignored.
+A failed authentication is counted against the client address; past the failure limit the
+address is refused (429) before any credential is looked up. Requests that carry no credential
+at all are counted against their address by `AccessMiddleware`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+from starlette.types import Scope
+
+from mnemos.errors import MnemosError, RateLimited, Unauthorized
+from mnemos.ratelimit import Limiters
+
+T = TypeVar("T")
+RATE_LIMIT_STATE = "rate_limit"
+
+
+def client_address(scope: Scope) -> str:
+    client = scope.get("client") or ("unknown", 0)
+    return str(client[0])
+
+
+def limiters(request: Request) -> Limiters:
+    found: Limiters = request.app.state.limiters
+    return found
+
+
+def _refused(retry_after: int, message: str | None = None) -> MnemosError:
+    return RateLimited(retry_after, message)
+
+
+async def count_request(request: Request, identity: str) -> None:
+    """Count one request against `identity`; `rate_limited` past the per-minute limit."""
+    limiter = limiters(request).requests
+    if limiter is None:
+        return
+    verdict = await limiter.check(identity)
+    request.scope.setdefault("state", {})[RATE_LIMIT_STATE] = verdict
+    if not verdict.allowed:
+        raise RateLimited(verdict.retry_after)
+
+
+async def authenticate(
+    request: Request,
+    resolve: Callable[[], T],
+    identity: Callable[[T], str],
+    failures: tuple[type[MnemosError], ...] = (Unauthorized,),
+    refuse: Callable[[int, str | None], MnemosError] = _refused,
+) -> T:
+    """Run `resolve` (blocking: in a worker thread) unless the caller's address is over its
+    failure limit; count a failure, or count the request against the identity it resolved.
+
+    `refuse` renders a refusal in the API family's own shape (Tuya: its envelope)."""
+    guard = limiters(request)
+    address = client_address(request.scope)
+    if guard.failures is not None:
+        wait = guard.failures.retry_after(address)
+        if wait is not None:
+            raise refuse(wait, "Too many failed authentications from this address; retry later")
+    try:
+        found = await run_in_threadpool(resolve)
+    except failures:
+        if guard.failures is not None:
+            await guard.failures.failed(address)
+        raise
+    try:
+        await count_request(request, identity(found))
+    except RateLimited as exc:
+        raise refuse(exc.retry_after, None) from None
+    return found
