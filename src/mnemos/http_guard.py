@@ -149,17 +149,24 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _arm(self, seconds: float) -> None:
         self._disarm()
-        self._deadline = self.loop.call_later(seconds, self._expire)
+        self._deadline = self.loop.call_later(seconds, self._expire, seconds)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
-    def _expire(self) -> None:
+    def _expire(self, seconds: float) -> None:
         self._deadline = None
-        if not self.transport.is_closing():
+        if self._answering_earlier_request():
+            self._arm(seconds)  # the client is not the one keeping us waiting (pipelining)
+        elif not self.transport.is_closing():
             self.transport.close()
+
+    def _answering_earlier_request(self) -> bool:
+        if self._reading_head:  # `cycle` is the request before the one whose head is due
+            return self.cycle is not None and not self.cycle.response_complete
+        return bool(self.pipeline)  # the request whose body is due waits behind another
 
 
 def _response(refusal: Refusal) -> bytes:

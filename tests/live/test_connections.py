@@ -231,3 +231,11 @@ def test_idle_kept_alive_connections_are_closed(server: LiveServer) -> None:
         started = time.monotonic()
         assert closed_by_server([sock], TIMEOUT + 2) == 1
         assert time.monotonic() - started >= TIMEOUT * 0.5
+
+
+def test_pipelined_requests_are_all_answered(server: LiveServer) -> None:
+    with sockets(server, 1, get("/healthz") + get("/healthz", b"Connection: close")) as (sock,):
+        answers = b""
+        while chunk := sock.recv(65536):  # the second asked the server to close
+            answers += chunk
+    assert answers.count(b"HTTP/1.1 200 OK\r\n") == 2
