@@ -87,7 +87,7 @@ def serve(host: str, port: int, workers: int, log_level: str, database_url: str 
         return
     # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal: exit 0 on it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    serving.serve_one(host, port, log_level)
+    serving.serve_one(settings, host, port, log_level)
 
 
 def _redacted(settings: Settings) -> str:

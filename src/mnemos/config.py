@@ -7,7 +7,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-MIB = 1024 * 1024
+KIB = 1024
+MIB = 1024 * KIB
 MIN_SECRET_BYTES = 32
 DEFAULT_MAX_AGENTS_PER_USER = 50
 
@@ -27,6 +28,16 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=MIB, ge=1024)
     max_content_chars: int = Field(default=10_000, ge=1)
     max_query_chars: int = Field(default=500, ge=1)
+    # The HTTP server (see `mnemos.http_guard`): seconds a client has to send a request's head,
+    # from connecting (or from the first byte of a next request), and then its body; seconds an
+    # idle kept-alive connection stays open; requests one process handles at once before it
+    # answers 503; and the largest request head (431 past either size, 414 for a long target).
+    header_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
+    body_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    keep_alive_seconds: int = Field(default=5, ge=1, le=3600)
+    max_in_flight: int = Field(default=1000, ge=1)
+    max_header_bytes: int = Field(default=32 * KIB, ge=KIB)
+    max_header_line_bytes: int = Field(default=8 * KIB, ge=256)
     sqlite_synchronous: str = "FULL"
     db_pool_size: int = Field(default=8, ge=1, le=200)
     # Threads that run blocking work (routes, database calls) per process; 0 = by backend (see

@@ -20,26 +20,35 @@ from typing import Any
 
 import uvicorn
 
+from mnemos.config import Settings, load_settings
+from mnemos.http_guard import ConnectionLimits, guarded_protocol
+
 APP = "mnemos.api.app:factory"
 DRAIN_SECONDS = 20
 RESTART_PAUSE_SECONDS = 1.0
 
 
-def server_config(log_level: str, **extra: Any) -> uvicorn.Config:
+def server_config(settings: Settings, log_level: str, **extra: Any) -> uvicorn.Config:
+    """uvicorn with Mnemos's connection limits (`mnemos.http_guard`).
+
+    No `limit_concurrency`: uvicorn counts open sockets against it, so idle ones could starve
+    everyone; the application caps requests in flight instead (`InFlightLimitMiddleware`).
+    """
     return uvicorn.Config(
         APP,
         factory=True,
         log_level=log_level,
-        timeout_keep_alive=5,
-        limit_concurrency=1000,
+        http=guarded_protocol(ConnectionLimits.from_settings(settings)),
+        ws="none",
+        timeout_keep_alive=settings.keep_alive_seconds,
         timeout_graceful_shutdown=DRAIN_SECONDS,
         **extra,
     )
 
 
-def serve_one(host: str, port: int, log_level: str) -> None:
+def serve_one(settings: Settings, host: str, port: int, log_level: str) -> None:
     """One process: uvicorn drains in-flight requests on SIGTERM, then this exits 0."""
-    uvicorn.Server(server_config(log_level, host=host, port=port)).run()
+    uvicorn.Server(server_config(settings, log_level, host=host, port=port)).run()
 
 
 def _listener(host: str, port: int) -> socket.socket:
@@ -54,7 +63,8 @@ def _listener(host: str, port: int) -> socket.socket:
 def _worker(host: str, port: int, log_level: str) -> None:
     sock = _listener(host, port)
     sock.listen(2048)
-    uvicorn.Server(server_config(log_level)).run(sockets=[sock])
+    # Settings come from the environment the parent was given (and the database URL it set).
+    uvicorn.Server(server_config(load_settings(), log_level)).run(sockets=[sock])
 
 
 def serve_many(host: str, port: int, workers: int, log_level: str) -> None:

@@ -72,9 +72,17 @@ def _database_for(backend: str, tmp: Path) -> Iterator[str]:
         admin.dispose()
 
 
-def start_server(database_url: str, tmp: Path, *extra: str) -> LiveServer:
+def start_server(
+    database_url: str, tmp: Path, *extra: str, settings: dict[str, str] | None = None
+) -> LiveServer:
+    """`settings` adds environment variables (`MNEMOS_...`) for the server."""
     port = free_port()
-    env = {**os.environ, "MNEMOS_DATABASE_URL": database_url, "MNEMOS_RATE_LIMIT_PER_MINUTE": "0"}
+    env = {
+        **os.environ,
+        "MNEMOS_DATABASE_URL": database_url,
+        "MNEMOS_RATE_LIMIT_PER_MINUTE": "0",
+        **(settings or {}),
+    }
     log = tmp / f"server-{port}.log"
     process = subprocess.Popen(
         [

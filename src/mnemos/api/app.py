@@ -13,7 +13,12 @@ from mnemos import __version__
 from mnemos.api import band_agent, band_human, chats, superagent, tuya
 from mnemos.api.deps import Services, services
 from mnemos.api.errors import install_error_handlers
-from mnemos.api.middleware import AccessMiddleware, RequestContextMiddleware
+from mnemos.api.middleware import (
+    AccessMiddleware,
+    BodyLimitMiddleware,
+    InFlightLimitMiddleware,
+    RequestContextMiddleware,
+)
 from mnemos.api.responses import JSONResponse, errors
 from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
@@ -69,7 +74,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         description="Memory server for AI agents (Band, Tuya and Superagent wire-compatible).",
         lifespan=lifespan,
         # Any route can meet these: they come from middleware or from the body parser.
-        responses=errors(400, 413, 429, 500, 503, 507),
+        responses=errors(400, 413, 429, 431, 500, 503, 507),
     )
     limiters = build_limiters(
         settings.rate_limit_per_minute,
@@ -78,8 +83,11 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         settings.redis_prefix,
     )
     app.state.limiters = limiters
+    # Outermost last: request id, then the in-flight cap, the body limit, the access checks.
     app.add_middleware(AccessMiddleware, limiter=limiters.requests)
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(InFlightLimitMiddleware, max_in_flight=settings.max_in_flight)
+    app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
     app.include_router(band_agent.router)
     app.include_router(band_human.router)

@@ -1,7 +1,9 @@
-"""ASGI middleware: a request id on every response, a hard cap on body size, and access checks."""
+"""ASGI middleware: a request id on every response, caps on requests at once and on body size,
+and access checks (repeated credential headers, limits for requests without a credential)."""
 
 from __future__ import annotations
 
+import enum
 import json
 import uuid
 from typing import Any
@@ -24,16 +26,33 @@ def error_body(code: str, message: str, request_id: str, details: Any = None) ->
     return json.dumps({"error": error}).encode()
 
 
+async def send_error(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """Answer with an `error_body` and nothing more."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def request_id_of(scope: Scope) -> str:
+    return str(scope.get("state", {}).get("request_id", ""))
+
+
 class RequestContextMiddleware:
-    """Gives each request an id (echoed as `X-Request-Id`) and refuses oversized bodies (413).
+    """Gives each request an id, echoed as `X-Request-Id` on whatever answers it."""
 
-    The body is read up front, up to the limit, so a handler never sees a partial body and an
-    oversized one is refused before any work is done, whether or not it declared its length.
-    """
-
-    def __init__(self, app: ASGIApp, max_body_bytes: int):
+    def __init__(self, app: ASGIApp):
         self.app = app
-        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -51,9 +70,60 @@ class RequestContextMiddleware:
                 message["headers"] = headers
             await send(message)
 
+        await self.app(scope, receive, send_with_id)
+
+
+class InFlightLimitMiddleware:
+    """503 `overloaded` once this process is already handling `max_in_flight` requests.
+
+    A request counts from its head to its response, so a stalled body counts until the server's
+    body timeout closes its connection; idle connections never count.
+    """
+
+    def __init__(self, app: ASGIApp, max_in_flight: int):
+        self.app = app
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0  # one event loop per process: no lock needed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.max_in_flight:
+            message = "The server is handling too many requests; retry shortly"
+            body = error_body("overloaded", message, request_id_of(scope))
+            await send_error(send, 503, body, [(b"retry-after", b"1")])
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
+class BodyLimitMiddleware:
+    """Reads the whole body up front, refusing one over `max_body_bytes` (413).
+
+    A handler thus never sees a partial body, and an oversized one is refused before any work is
+    done, whether or not it declared its length. A client that leaves mid-body gets no answer and
+    its request is not handled.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int):
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         body = await self._read_body(scope, receive)
-        if body is None:
-            await self._too_large(request_id, send_with_id)
+        if body is _Unread.GONE:
+            return
+        if body is _Unread.TOO_LARGE:
+            message = f"Request body exceeds {self.max_body_bytes} bytes"
+            payload = error_body("payload_too_large", message, request_id_of(scope))
+            await send_error(send, 413, payload, [(b"connection", b"close")])
             return
         delivered = False
 
@@ -64,49 +134,34 @@ class RequestContextMiddleware:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send_with_id)
+        await self.app(scope, replay, send)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | _Unread:
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     if int(value) > self.max_body_bytes:
-                        return None
+                        return _Unread.TOO_LARGE
                 except ValueError:
-                    return None
+                    return _Unread.TOO_LARGE
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                break
+                return _Unread.GONE
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                return None
+                return _Unread.TOO_LARGE
             chunks.append(chunk)
             if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+                return b"".join(chunks)
 
-    async def _too_large(self, request_id: str, send: Send) -> None:
-        body = error_body(
-            "payload_too_large",
-            f"Request body exceeds {self.max_body_bytes} bytes",
-            request_id,
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+
+class _Unread(enum.Enum):
+    TOO_LARGE = "too_large"
+    GONE = "gone"
 
 
 # Every header authentication reads, in any API family. Sent twice, one reader could take the

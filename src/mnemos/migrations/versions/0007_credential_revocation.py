@@ -13,7 +13,7 @@ from alembic import op
 from mnemos.storage.schema import UTCDateTime
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
