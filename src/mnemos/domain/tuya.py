@@ -25,6 +25,7 @@ from mnemos.domain.tuya_auth import (
     param_illegal,
     permission_deny,
 )
+from mnemos.domain.values import text_problem
 from mnemos.storage.base import Store
 
 GLOBAL, ROLE = 1, 3
@@ -74,7 +75,7 @@ class TuyaMemories:
             raise param_empty("bind_role_type")
         try:
             kind = int(bind_role_type)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: 1e999 parses as inf
             raise param_illegal("bind_role_type", "must be 0, 1 or 2") from None
         if kind not in (0, 1, 2):
             raise param_illegal("bind_role_type", "must be 0, 1 or 2")
@@ -82,6 +83,7 @@ class TuyaMemories:
             return Binding(kind, None)
         if role_id is None or str(role_id) == "":
             raise param_empty("role_id")
+        _text("role_id", str(role_id))
         return Binding(kind, self._role_agent(caller, str(role_id)))
 
     def _role_agent(self, caller: TuyaCaller, role_id: str) -> uuid.UUID:
@@ -168,6 +170,8 @@ class TuyaMemories:
                 raise param_illegal("memory_value", f"must be 1-{MAX_VALUE} characters")
             if not isinstance(name, str) or len(name) > 200:
                 raise param_illegal("memory_name", "must be at most 200 characters")
+            _text("memory_value", value)
+            _text("memory_name", name)
             if scope not in binding.scopes:
                 raise param_illegal("effective_scope", f"must be one of {list(binding.scopes)}")
             entries.append(Entry(key, name, value, scope))
@@ -258,6 +262,13 @@ class TuyaMemories:
     def switch(self, caller: TuyaCaller) -> dict[str, bool]:
         org = self.store.get_organization(caller.organization_id)
         return {"memory_open": bool(org and org.memory_enabled), "summary_open": False}
+
+
+def _text(name: str, value: str) -> None:
+    """The text rule of `domain/values.py`, refused in Tuya's terms."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise param_illegal(name, problem)
 
 
 def _audiences(caller: TuyaCaller, subject: uuid.UUID, binding: Binding) -> tuple[Audience, ...]:
