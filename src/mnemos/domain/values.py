@@ -32,6 +32,12 @@ MAX_METADATA_DEPTH = 32
 MAX_METADATA_BYTES = 64 * 1024
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
+METADATA_RULE = (
+    f"A JSON object: at most {MAX_METADATA_DEPTH} levels deep and {MAX_METADATA_BYTES // 1024} KiB"
+    " as compact UTF-8 JSON; integers within signed 64 bits; finite numbers only; keys and"
+    " strings valid Unicode without NUL."
+)
+
 _NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
 _SHOWN_KEY_CHARS = 64
 
