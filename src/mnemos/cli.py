@@ -16,6 +16,7 @@ import click
 from mnemos.config import Settings, load_settings
 from mnemos.domain import accounts
 from mnemos.domain.tuya_auth import new_project_credentials
+from mnemos.domain.values import check_text
 from mnemos.errors import MnemosError, NotFound
 from mnemos.storage import migrate as run_migrations
 from mnemos.storage import open_store
@@ -228,5 +229,5 @@ def bind_tuya_role(
         found = store.agents_by_ids([agent_id])
         if not found or found[0][1] != org_id:
             raise NotFound("No such agent in this organization", {"agent": str(agent_id)})
-        store.bind_tuya_role(org_id, role_id, agent_id)
+        store.bind_tuya_role(org_id, check_text(role_id, "role-id"), agent_id)
         _emit({"ok": True})

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from mnemos.api.deps import Services, agent_caller, services
 from mnemos.api.params import ListQuery, list_query
 from mnemos.api.responses import JSONResponse, data, errors, memory_page
+from mnemos.api.routing import MnemosRoute
 from mnemos.api.schemas import (
     AgentMeEnvelope,
     MemoryEnvelope,
@@ -21,7 +22,7 @@ from mnemos.domain.ids import parse_uuid
 from mnemos.domain.memories import AgentListParams
 from mnemos.domain.models import AgentContext, Status
 
-router = APIRouter(prefix="/api/v1/agent", tags=["Agent API"])
+router = APIRouter(prefix="/api/v1/agent", tags=["Agent API"], route_class=MnemosRoute)
 
 
 @router.post(

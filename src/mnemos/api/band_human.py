@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from mnemos.api.deps import Services, services, user_caller
 from mnemos.api.params import ListQuery, list_query
 from mnemos.api.responses import JSONResponse, data, errors, memory_page
+from mnemos.api.routing import MnemosRoute
 from mnemos.api.schemas import (
     AgentRegisterRequest,
     CredentialsEnvelope,
@@ -29,7 +30,7 @@ from mnemos.domain.human import HumanListParams
 from mnemos.domain.ids import iso, parse_uuid, try_uuid
 from mnemos.domain.models import Memory, Status, UserContext
 
-router = APIRouter(prefix="/api/v1/me", tags=["Human API"])
+router = APIRouter(prefix="/api/v1/me", tags=["Human API"], route_class=MnemosRoute)
 
 
 def _with_display(svc: Services, ctx: UserContext, items: list[Memory]) -> list[dict[str, object]]:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mnemos.api.deps import Services, agent_caller, services, user_caller
 from mnemos.api.responses import JSONResponse, data, errors
+from mnemos.api.routing import MnemosRoute
 from mnemos.domain.ids import iso
 from mnemos.domain.models import AgentContext, ChatRoom, Participant, Role, RoomType, UserContext
 from mnemos.domain.pagination import OffsetPage, offset_meta
@@ -137,7 +138,7 @@ def _routes(
         return data(participant_json(svc.rooms.remove(me, chat_id, id)))
 
 
-agent_router = APIRouter(prefix="/api/v1/agent", tags=["Agent API: rooms"])
-human_router = APIRouter(prefix="/api/v1/me", tags=["Human API: rooms"])
+agent_router = APIRouter(prefix="/api/v1/agent", tags=["Agent API: rooms"], route_class=MnemosRoute)
+human_router = APIRouter(prefix="/api/v1/me", tags=["Human API: rooms"], route_class=MnemosRoute)
 _routes(agent_router, agent_caller)
 _routes(human_router, user_caller)

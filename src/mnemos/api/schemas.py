@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mnemos.domain.ids import iso
 from mnemos.domain.memories import MemoryDraft
 from mnemos.domain.models import Agent, Memory, MemoryType, Scope, Segment, System, User
+from mnemos.domain.values import METADATA_RULE
 
 
 class ErrorBody(BaseModel):
@@ -36,7 +37,7 @@ class MemoryCreate(BaseModel):
     scope: Scope | None = None
     subject_id: uuid.UUID | None = None
     chat_room_id: uuid.UUID | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = Field(default=None, description=METADATA_RULE)
 
     def draft(self) -> MemoryDraft:
         return MemoryDraft(

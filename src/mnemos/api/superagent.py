@@ -9,13 +9,14 @@ from pydantic import BaseModel
 from mnemos.api.access import authenticate
 from mnemos.api.deps import Services, bearer, services, user_identity
 from mnemos.api.responses import JSONResponse, errors
+from mnemos.api.routing import MnemosRoute
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.ids import iso
 from mnemos.domain.models import UserContext
 from mnemos.domain.superagent import is_user_memory
 from mnemos.errors import Unauthorized
 
-router = APIRouter(prefix="/api/agents", tags=["Superagent memories"])
+router = APIRouter(prefix="/api/agents", tags=["Superagent memories"], route_class=MnemosRoute)
 personal_key = APIKeyHeader(name="api_key", auto_error=False, scheme_name="PersonalApiKey")
 
 

@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 
 from mnemos.api.access import authenticate
 from mnemos.api.deps import Services, services
 from mnemos.api.responses import JSONResponse
+from mnemos.api.routing import MnemosRoute
 from mnemos.domain.tuya import TuyaMemories
 from mnemos.domain.tuya_auth import SignedRequest, TuyaCaller, TuyaError, param_illegal
 from mnemos.errors import MnemosError, StorageUnavailable
@@ -41,7 +41,7 @@ def envelope(
     return JSONResponse(body)
 
 
-class TuyaRoute(APIRoute):
+class TuyaRoute(MnemosRoute):
     """Renders every refusal in Tuya's envelope, with HTTP 200."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:

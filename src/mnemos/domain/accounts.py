@@ -18,6 +18,7 @@ import jwt
 from mnemos.config import DEFAULT_MAX_AGENTS_PER_USER
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Agent, Organization, User
+from mnemos.domain.values import check_optional_text, check_text
 from mnemos.errors import AgentLimitReached, NotFound, PlanRequired, Unauthorized, invalid_field
 from mnemos.storage.base import KeyKind, Store
 
@@ -60,7 +61,7 @@ class IssuedUser:
 
 
 def _name(value: str, field: str) -> str:
-    value = value.strip()
+    value = check_text(value, field).strip()
     if not value or len(value) > 200:
         raise invalid_field(field, "must be 1..200 characters")
     return value
@@ -73,6 +74,7 @@ def create_organization(store: Store, name: str) -> Organization:
 
 
 def create_user(store: Store, name: str, email: str, org_id: uuid.UUID | None) -> IssuedUser:
+    check_text(email, "email")
     if "@" not in email or len(email) > 320:
         raise invalid_field("email", "must be an email address")
     if org_id is not None and store.get_organization(org_id) is None:
@@ -108,6 +110,7 @@ def create_agent(
     owner = store.get_user(owner_id)
     if owner is None:
         raise NotFound("No such user", {"owner": str(owner_id)})
+    check_optional_text(description, "description")
     if description is not None and len(description) > 2000:
         raise invalid_field("description", "must be at most 2000 characters")
     now = utcnow()

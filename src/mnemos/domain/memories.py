@@ -37,6 +37,7 @@ from mnemos.domain.pagination import (
     offset_meta,
 )
 from mnemos.domain.queries import Audience, Filters, MemoryQuery
+from mnemos.domain.values import check_metadata, check_text
 from mnemos.errors import (
     Conflict,
     Forbidden,
@@ -49,7 +50,6 @@ from mnemos.errors import (
 )
 from mnemos.storage.base import Store
 
-MAX_METADATA_BYTES = 64 * 1024
 IDEMPOTENCY_TTL = timedelta(hours=24)
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
@@ -130,6 +130,8 @@ class MemoryService:
         return MemoryPage(items, cursor_meta(request, next_cursor), deprecated=False)
 
     def validate_draft(self, draft: MemoryDraft) -> None:
+        check_text(draft.content, "content")
+        check_text(draft.thought, "thought")
         if not draft.content.strip():
             raise invalid_field("content", "must not be empty")
         if len(draft.content) > self.max_content_chars:
@@ -143,8 +145,7 @@ class MemoryService:
                 details={"system": draft.system.value, "valid_types": valid},
             )
         if draft.metadata is not None:
-            if len(json.dumps(draft.metadata)) > MAX_METADATA_BYTES:
-                raise invalid_field("metadata", f"must be at most {MAX_METADATA_BYTES} bytes")
+            check_metadata(draft.metadata)
 
     # --- the agent API ---------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import uuid
 from mnemos.domain.ids import try_uuid, utcnow
 from mnemos.domain.models import ChatRoom, Participant, ParticipantType, Role, RoomStatus, RoomType
 from mnemos.domain.people import Actor, sees_agent, sees_user
+from mnemos.domain.values import check_optional_text
 from mnemos.errors import Forbidden, NotFound, invalid_field
 from mnemos.storage.base import Store
 
@@ -23,6 +24,7 @@ class RoomService:
         self.store = store
 
     def create(self, actor: Actor, title: str | None, room_type: RoomType) -> ChatRoom:
+        check_optional_text(title, "title")
         if title is not None and len(title) > MAX_TITLE:
             raise invalid_field("title", f"must be at most {MAX_TITLE} characters")
         now = utcnow()

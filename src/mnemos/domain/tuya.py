@@ -26,6 +26,7 @@ from mnemos.domain.tuya_auth import (
     param_illegal,
     permission_deny,
 )
+from mnemos.domain.values import text_problem
 from mnemos.storage.base import Store
 
 GLOBAL, ROLE = 1, 3
@@ -77,7 +78,7 @@ class TuyaMemories:
             raise param_empty("bind_role_type")
         try:
             kind = int(bind_role_type)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: 1e999 parses as inf
             raise param_illegal("bind_role_type", "must be 0, 1 or 2") from None
         if kind not in (0, 1, 2):
             raise param_illegal("bind_role_type", "must be 0, 1 or 2")
@@ -231,6 +232,13 @@ class TuyaMemories:
         return {"memory_open": bool(org and org.memory_enabled), "summary_open": False}
 
 
+def _text(name: str, value: str) -> None:
+    """The text rule of `domain/values.py`, refused in Tuya's terms."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise param_illegal(name, problem)
+
+
 def _audiences(caller: TuyaCaller, subject: uuid.UUID, binding: Binding) -> tuple[Audience, ...]:
     shared = Audience(
         organization_id=caller.organization_id, scopes=(Scope.SUBJECT,), subject_id=subject
@@ -254,6 +262,8 @@ def _entry(binding: Binding, item: Any) -> Entry:
         raise param_illegal("memory_value", f"must be 1-{MAX_VALUE} characters")
     if not isinstance(name, str) or len(name) > 200:
         raise param_illegal("memory_name", "must be at most 200 characters")
+    _text("memory_value", value)
+    _text("memory_name", name)
     # Exactly the integer: `true == 1` and `1.0 == 1` in Python, but neither is a scope.
     if type(scope) is not int or scope not in binding.scopes:
         raise param_illegal("effective_scope", f"must be one of {list(binding.scopes)}")

@@ -15,6 +15,7 @@ from sqlalchemy.sql.dml import Insert
 
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
+from mnemos.storage.rows import read_json
 from mnemos.storage.sql import SqlStore
 
 
@@ -46,6 +47,7 @@ class PostgresStore(SqlStore):
             max_overflow=pool_size,
             pool_pre_ping=True,
             pool_timeout=10,
+            json_deserializer=read_json,
             # No statement may hold a connection for long; a stuck query becomes a 503.
             connect_args={"options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"},
         )

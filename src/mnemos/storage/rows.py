@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +22,27 @@ from mnemos.domain.models import (
 )
 from mnemos.domain.search import index_text
 from mnemos.storage.schema import agents, memories, organizations, users
+
+log = logging.getLogger("mnemos")
+
+# What a JSON column holds when the database has text there that no JSON decoder can read
+# (nested deeper than Python's recursion limit, an integer of thousands of digits, not JSON).
+UNREADABLE_JSON = {"unreadable": "the stored value is not JSON that Mnemos can read"}
+
+
+def read_json(text: str | bytes | memoryview) -> Any:
+    """Every engine's JSON decoder: one row's unreadable JSON becomes a marker, never an error.
+
+    Rows written before the value rules of `domain/values.py`, or by other programs, can hold
+    anything; a list that includes one must still answer. The marker is logged.
+    """
+    try:
+        return json.loads(bytes(text) if isinstance(text, memoryview) else text)
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:100]
+        log.warning("unreadable JSON in the database, answered as a marker: %s", reason)
+        return dict(UNREADABLE_JSON)
+
 
 # The columns a memory is read from, in the order `to_memory` unpacks them.
 MEMORY_COLUMNS = [

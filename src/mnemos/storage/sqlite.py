@@ -22,6 +22,7 @@ from sqlalchemy.sql.dml import Insert
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.storage.group_commit import GroupCommit
+from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
 
@@ -59,6 +60,7 @@ def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine
         pool_size=pool_size,
         max_overflow=0,
         pool_timeout=60,
+        json_deserializer=read_json,
         connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
     )
 
