@@ -73,8 +73,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         version=__version__,
         description="Memory server for AI agents (Band, Tuya and Superagent wire-compatible).",
         lifespan=lifespan,
-        # Any route can meet these: they come from middleware or from the body parser.
-        responses=errors(400, 413, 429, 431, 500, 503, 507),
+        # Any route can meet these: from the server (414, 431), middleware or the body parser.
+        responses=errors(400, 413, 414, 429, 431, 500, 503, 507),
     )
     limiters = build_limiters(
         settings.rate_limit_per_minute,
