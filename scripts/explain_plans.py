@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from mnemos.config import Settings
+from mnemos.config import DEFAULT_MAX_AGENTS_PER_USER, Settings
 from mnemos.domain.human import HumanMemoryService, human_audiences
 from mnemos.domain.ids import uuid7
 from mnemos.domain.memories import AgentListParams, MemoryService
@@ -57,7 +57,7 @@ def seed(store: SqlStore, count: int) -> tuple[AgentContext, UserContext, uuid.U
         Agent(uuid.uuid4(), f"A{i}", None, users[i % 10].id, f"u/a{i}", now, now) for i in range(50)
     ]
     for agent in agents:
-        store.create_agent(agent)
+        store.create_agent(agent, max_per_owner=DEFAULT_MAX_AGENTS_PER_USER)
     room = uuid.uuid4()
     batch: list[Memory] = []
     start = now - timedelta(days=365)

@@ -93,10 +93,6 @@ class AgentLimitReached(MnemosError):
     status, code, default_message = 409, "agent_limit_reached", "Too many agents for one person"
 
 
-class DuplicateHeader(MnemosError):
-    status, code, default_message = 400, "duplicate_header", "A credential header is repeated"
-
-
 class RateLimited(MnemosError):
     """Too many requests (or failed authentications); retry after `retry_after` seconds."""
 

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemos.api.access import RATE_LIMIT_STATE, client_address
+from mnemos.api.tuya import envelope
 from mnemos.ratelimit import RateLimiter, Verdict
 
 REQUEST_ID_HEADER = b"x-request-id"
@@ -235,8 +236,6 @@ class AccessMiddleware:
     async def _duplicate(self, scope: Scope, receive: Receive, send: Send, name: str) -> None:
         message = f"The {name} header may appear only once"
         if scope["path"].startswith(TUYA_PATHS):
-            from mnemos.api.tuya import envelope
-
             response: Response = envelope(Request(scope), code=1109, msg=message)
         else:
             request_id = scope.get("state", {}).get("request_id", "")
