@@ -26,6 +26,7 @@ from mnemos.storage.sql_base import SqlBase
 T = tuya_tokens.c
 M = memories.c
 SLOT_ATTEMPTS = 5
+SIGNATURES_CLEANED = 100  # more than one request's worth: the table shrinks under any load
 
 
 class TuyaSql(SqlBase):
@@ -137,8 +138,9 @@ class TuyaSql(SqlBase):
     def put_tuya_memories(self, new: Sequence[tuple[Memory, str]], now: datetime) -> None:
         """Insert each memory under its slot, superseding the slot's active value, atomically.
 
-        A writer of the same slot that commits in between makes the insert break the unique
-        index of active slots; the whole write is then tried again, superseding that value.
+        Writers of one device wait for each other (a lock on the device's row). Should another
+        path activate a value of the same slot meanwhile, the insert breaks the unique index of
+        active slots and the whole write is tried again, superseding that value.
         """
         for attempt in range(SLOT_ATTEMPTS):
             try:
@@ -155,6 +157,10 @@ class TuyaSql(SqlBase):
         for memory, slot in new:
             by_subject.setdefault(memory.subject_id, []).append(slot)
         for subject, slots in by_subject.items():
+            # Writers of one device take turns (PostgreSQL; SQLite has one writer anyway), so
+            # each supersedes what the previous one committed instead of racing it.
+            lock = sa.select(tuya_devices.c.device_id).where(tuya_devices.c.subject_id == subject)
+            conn.execute(lock.with_for_update())
             conn.execute(
                 memories.update()
                 .where(M.subject_id == subject, M.tuya_slot.in_(slots))
@@ -191,8 +197,16 @@ class TuyaSql(SqlBase):
     def remember_tuya_signature(self, digest: str, expires_at: datetime) -> bool:
         """Record a request signature until `expires_at`; False if it is already recorded."""
         table = tuya_signatures
+        # A few expired entries per call, skipping those another writer is deleting
+        # (PostgreSQL): concurrent requests neither wait for nor deadlock on each other.
+        expired = (
+            sa.select(table.c.digest)
+            .where(table.c.expires_at < utcnow())
+            .limit(SIGNATURES_CLEANED)
+            .with_for_update(skip_locked=True)
+        )
         with self._write() as conn:
-            conn.execute(table.delete().where(table.c.expires_at < utcnow()))
+            conn.execute(table.delete().where(table.c.digest.in_(expired)))
             inserted = conn.execute(
                 self._insert_ignore(table)
                 .values(digest=digest, expires_at=expires_at)
