@@ -9,6 +9,7 @@ FTS5 table of words and scope tokens kept in step by triggers (migrations 0001 a
 from __future__ import annotations
 
 import fcntl
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -21,11 +22,14 @@ from sqlalchemy.sql.dml import Insert
 
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
+from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
+from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
 
 BUSY_TIMEOUT_MS = 30_000
+PROGRESS_STEPS = 1_000  # virtual-machine steps between checks of a search's time budget
 
 
 def fts5_query(search: SearchQuery, audience: Audience | None = None) -> str:
@@ -34,6 +38,7 @@ def fts5_query(search: SearchQuery, audience: Audience | None = None) -> str:
     (see migration 0005), so FTS5 intersects inside the index instead of returning every match.
     """
     terms = [f'"{word}"*' for word in search.words]
+    terms += [f'"{word}"' for word in search.whole_words]
     terms += ['"' + " ".join(phrase) + '"' for phrase in search.phrases]
     expression = "{search_text} : (" + " ".join(terms) + ")"
     token = scope_token(audience) if audience is not None else None
@@ -82,7 +87,14 @@ def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine
 class SqliteStore(SqlStore):
     """The embedded default."""
 
-    def __init__(self, url: str, *, pool_size: int = 8, synchronous: str = "FULL"):
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 8,
+        synchronous: str = "FULL",
+        search_budget_ms: int = DEFAULT_SEARCH_BUDGET_MS,
+    ):
         path = make_url(url).database or ":memory:"
         on_disk = path != ":memory:"
         if on_disk:
@@ -102,6 +114,7 @@ class SqliteStore(SqlStore):
             write_engine=_engine(
                 url, pool_size=1, begin="BEGIN IMMEDIATE", synchronous=synchronous
             ),
+            search_budget_ms=search_budget_ms,
         )
 
     @contextmanager
@@ -146,6 +159,23 @@ class SqliteStore(SqlStore):
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:
         return fts5_query(search, audience)
+
+    @contextmanager
+    def _search_budget(self, conn: Connection) -> Iterator[None]:
+        # SQLite calls the handler every PROGRESS_STEPS virtual-machine steps; a true answer
+        # interrupts the statement ("interrupted"). Each step of a search is a row of the FTS5
+        # index or of a table, so the check costs nothing a search would notice.
+        raw = driver_connection(conn)
+        deadline = time.monotonic() + self._search_budget_ms / 1000
+        raw.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
+        try:
+            yield
+        except sa.exc.OperationalError as exc:
+            if "interrupted" not in str(exc.orig):
+                raise
+            raise SearchTooExpensive(details={"budget_ms": self._search_budget_ms}) from exc
+        finally:
+            raw.set_progress_handler(None, 0)
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
