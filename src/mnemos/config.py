@@ -27,8 +27,8 @@ class Settings(BaseSettings):
     max_content_chars: int = Field(default=10_000, ge=1)
     max_query_chars: int = Field(default=500, ge=1)
     # Wall-clock time one search statement may take before it is stopped with 422
-    # `search_too_expensive` (SQLite: progress handler; PostgreSQL: statement_timeout).
-    search_budget_ms: int = Field(default=500, ge=1, le=60_000)
+    # `search_too_expensive` (SQLite: interrupted by a watchdog; PostgreSQL: statement_timeout).
+    search_budget_ms: int = Field(default=1000, ge=1, le=60_000)
     sqlite_synchronous: str = "FULL"
     db_pool_size: int = Field(default=8, ge=1, le=200)
     # Threads that run blocking work (routes, database calls) per process; 0 = by backend (see

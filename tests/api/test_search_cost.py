@@ -26,6 +26,8 @@ from tests.api.test_band_agent import BASE, error, listed, store
 from tests.world import Actor, World
 
 ROWS = 20_000
+# Every row has every word: each of these 5+ letter prefixes merges 20,000 index entries.
+HEAVY = "budget probe common words across several tables number"
 
 
 def test_short_words_match_whole_words_only(client: TestClient, world: World) -> None:
@@ -59,7 +61,7 @@ def _memories(agent: Actor, count: int) -> list[Memory]:
     return [
         Memory(
             id=uuid.uuid4(),
-            content=f"budget probe common words number{i % 97} filler{i % 13}",
+            content=f"{HEAVY} number{i % 97} filler{i % 13}",
             thought=None,
             system=System.LONG_TERM,
             type=MemoryType.SEMANTIC,
@@ -93,10 +95,10 @@ def test_a_search_over_its_budget_is_422_search_too_expensive(
     client, _ = tiny_budget
     agent = world.agent(world.user("Bud", "budget"))
     store.replace_memories(_memories(agent, ROWS), [], datetime.now(UTC))
-    # Every row matches every word: tens of milliseconds of work against a 1 ms budget.
+    # Every row matches every word: hundreds of milliseconds of work against a 1 ms budget.
     response = client.get(
         BASE,
-        params={"content_query": "budget probe common words number filler", "limit": 1},
+        params={"content_query": HEAVY, "limit": 1},
         headers=agent.headers,
     )
     body = error(response, 422, "search_too_expensive")
@@ -113,9 +115,7 @@ def test_the_budget_is_lifted_after_the_search(
     client, opened = tiny_budget
     agent = world.agent(world.user("Lift", "lift"))
     store.replace_memories(_memories(agent, ROWS), [], datetime.now(UTC))
-    response = client.get(
-        BASE, params={"content_query": "budget probe common", "limit": 1}, headers=agent.headers
-    )
+    response = client.get(BASE, params={"content_query": HEAVY, "limit": 1}, headers=agent.headers)
     error(response, 422, "search_too_expensive")
     assert isinstance(opened, SqlStore)
     with opened._read() as conn:

@@ -18,7 +18,7 @@ from mnemos.domain.search import SearchQuery
 from mnemos.errors import InsufficientStorage, StorageUnavailable
 from mnemos.storage.schema import server_secrets
 
-DEFAULT_SEARCH_BUDGET_MS = 500
+DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
 
 
 def driver_connection(conn: Connection) -> Any:

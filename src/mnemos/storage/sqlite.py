@@ -9,7 +9,6 @@ FTS5 table of words and scope tokens kept in step by triggers (migrations 0001 a
 from __future__ import annotations
 
 import fcntl
-import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -27,9 +26,10 @@ from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
 from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
+from mnemos.storage.watchdog import Watchdog
 
 BUSY_TIMEOUT_MS = 30_000
-PROGRESS_STEPS = 1_000  # virtual-machine steps between checks of a search's time budget
+WATCHDOG = Watchdog()  # one thread per process stops searches past their budget
 
 
 def fts5_query(search: SearchQuery, audience: Audience | None = None) -> str:
@@ -162,20 +162,17 @@ class SqliteStore(SqlStore):
 
     @contextmanager
     def _search_budget(self, conn: Connection) -> Iterator[None]:
-        # SQLite calls the handler every PROGRESS_STEPS virtual-machine steps; a true answer
-        # interrupts the statement ("interrupted"). Each step of a search is a row of the FTS5
-        # index or of a table, so the check costs nothing a search would notice.
-        raw = driver_connection(conn)
-        deadline = time.monotonic() + self._search_budget_ms / 1000
-        raw.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
+        # The process's watchdog interrupts the statement at the deadline: "interrupted", or
+        # "vtable constructor failed" when it comes while the statement is being prepared.
+        token = WATCHDOG.watch(driver_connection(conn), self._search_budget_ms / 1000)
         try:
             yield
         except sa.exc.OperationalError as exc:
-            if "interrupted" not in str(exc.orig):
-                raise
-            raise SearchTooExpensive(details={"budget_ms": self._search_budget_ms}) from exc
+            if WATCHDOG.release(token):
+                raise SearchTooExpensive(details={"budget_ms": self._search_budget_ms}) from exc
+            raise
         finally:
-            raw.set_progress_handler(None, 0)
+            WATCHDOG.release(token)
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
