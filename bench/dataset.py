@@ -43,6 +43,21 @@ def vocabulary(rng: random.Random, size: int = 5_000) -> list[str]:
     return sorted(words)
 
 
+def adversarial_query(seed: int = 1, length: int = 5, count: int = 8) -> str:
+    """The most expensive search we found for this data set (issue 11, finding 4): the `count`
+    prefixes of `length` letters that cover the most word draws. Each matches many words that
+    are each in a large share of all memories, past the SQLite prefix index (3 and 4 letters),
+    while few memories have all of them; none implies another, and `count` is the term cap.
+    With the bench's seed: "babab babag babap babad baban babak babar babaf".
+    """
+    words = vocabulary(random.Random(seed))  # the first draws of `load`'s generator
+    mass: dict[str, float] = {}
+    for rank, word in enumerate(words):
+        if len(word) >= length:
+            mass[word[:length]] = mass.get(word[:length], 0) + 1 / (rank + 1)
+    return " ".join(sorted(mass, key=lambda prefix: -mass[prefix])[:count])
+
+
 def load(store: Store, count: int, seed: int = 1) -> Dataset:
     """Create accounts and `count` memories; prints progress to stderr."""
     rng = random.Random(seed)

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from bench.dataset import COMMON, MID, RARE, Dataset, load
+from bench.dataset import COMMON, MID, RARE, Dataset, adversarial_query, load
 from mnemos.config import Settings
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.human import HumanMemoryService, human_audiences
@@ -45,6 +46,7 @@ from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
 
 RESULTS = Path(__file__).parent / "results"
+ADVERSARIAL_FLOOR_RUNS = 20
 AGENT, HUMAN = "/api/v1/agent/memories", "/api/v1/me/memories"
 PG_SERVER = os.environ.get(
     "MNEMOS_BENCH_POSTGRES_SERVER", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -57,9 +59,11 @@ class Figures:
     p95: float
     p99: float
     rate: float
+    refused: int = 0  # answers 422 search_too_expensive (only where a Call allows them)
 
     def row(self) -> str:
-        return f"{self.p50:.2f} / {self.p95:.2f} / {self.p99:.2f}, {self.rate:,.0f}/s"
+        text = f"{self.p50:.2f} / {self.p95:.2f} / {self.p99:.2f}, {self.rate:,.0f}/s"
+        return text + (f", {self.refused:,} refused" if self.refused else "")
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -73,12 +77,18 @@ def figures(latencies: list[float], wall: float) -> Figures:
 
 
 def hammer(
-    base: str, requests: int, clients: int, call: Callable[[httpx.Client, int, int], httpx.Response]
+    base: str,
+    requests: int,
+    clients: int,
+    call: Callable[[httpx.Client, int, int], httpx.Response],
+    refusable: bool = False,
 ) -> Figures:
-    """`requests` calls split over `clients` threads, each with its own connection."""
+    """`requests` calls split over `clients` threads, each with its own connection; with
+    `refusable`, answers 422 `search_too_expensive` are counted, not failures."""
     latencies: list[float] = []
     lock = threading.Lock()
     errors: list[str] = []
+    refused: list[int] = []
 
     def worker(n: int) -> None:
         mine: list[float] = []
@@ -88,7 +98,9 @@ def hammer(
                 started = time.perf_counter()
                 response = call(http, n, i)
                 mine.append(time.perf_counter() - started)
-                if response.status_code >= 300:
+                if refusable and is_refusal(response):
+                    refused.append(1)
+                elif response.status_code >= 300:
                     errors.append(f"{response.status_code} {response.text[:120]}")
         with lock:
             latencies.extend(mine)
@@ -102,7 +114,17 @@ def hammer(
     wall = time.perf_counter() - started
     if errors:
         raise RuntimeError(f"{len(errors)} failed requests, first: {errors[0]}")
-    return figures(latencies, wall)
+    found = figures(latencies, wall)
+    found.refused = len(refused)
+    return found
+
+
+def is_refusal(response: httpx.Response) -> bool:
+    """A search stopped at its time budget (422 `search_too_expensive`)."""
+    if response.status_code != 422:
+        return False
+    code: str = response.json().get("error", {}).get("code", "")
+    return code == "search_too_expensive"
 
 
 WRK_SCRIPT = """
@@ -119,11 +141,11 @@ end
 done = function(summary, latency, requests)
   io.write(string.format(
     "WRK {{\\"p50\\": %f, \\"p95\\": %f, \\"p99\\": %f, \\"requests\\": %d, "
-      .. "\\"seconds\\": %f, \\"bad\\": %d, \\"timeouts\\": %d}}\\n",
+      .. "\\"seconds\\": %f, \\"bad\\": %d, \\"non2xx\\": %d, \\"timeouts\\": %d}}\\n",
     latency:percentile(50) / 1000, latency:percentile(95) / 1000, latency:percentile(99) / 1000,
     summary.requests, summary.duration / 1e6,
     summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write,
-    summary.errors.timeout))
+    summary.errors.status, summary.errors.timeout))
 end
 """
 
@@ -137,9 +159,10 @@ class Call:
     key: str
     params: dict[str, str] | None = None
     store: bool = False  # POST a new memory (content made unique per request)
+    refusable: bool = False  # a search that may answer 422 search_too_expensive (counted)
 
     def url(self) -> str:
-        query = "&".join(f"{k}={v}" for k, v in (self.params or {}).items())
+        query = urllib.parse.urlencode(self.params or {})
         return f"{self.path}?{query}" if query else self.path
 
 
@@ -177,11 +200,17 @@ def wrk(base: str, call: Call, clients: int, seconds: int) -> Figures:
         )
     line = next(x for x in done.stdout.splitlines() if x.startswith("WRK "))
     found = json.loads(line[4:])
+    refused = 0
+    if call.refusable and found["bad"] == found["non2xx"]:
+        # wrk counts answers, not their codes: the server may refuse this search only one way.
+        refused = found["non2xx"]
+        found["bad"] = 0
     if found["bad"]:
         raise RuntimeError(f"{found['bad']} failed requests to {call.url()}: {done.stdout}")
     if found["timeouts"]:  # slower than 10 s: not a wrong answer, but it must be seen
         print(f"  {found['timeouts']} requests over 10 s to {call.url()}", file=sys.stderr)
-    return Figures(found["p50"], found["p95"], found["p99"], found["requests"] / found["seconds"])
+    rate = found["requests"] / found["seconds"]
+    return Figures(found["p50"], found["p95"], found["p99"], rate, refused)
 
 
 def python_load(base: str, call: Call, clients: int, requests: int) -> Figures:
@@ -192,7 +221,7 @@ def python_load(base: str, call: Call, clients: int, requests: int) -> Figures:
             return http.post(call.path, json=body, headers=headers)
         return http.get(call.path, params=call.params, headers=headers)
 
-    return hammer(base, requests, clients, send)
+    return hammer(base, requests, clients, send, call.refusable)
 
 
 def floor(store: SqlStore, query: MemoryQuery, repeat: int, after: Any = None) -> Figures:
@@ -459,12 +488,27 @@ def measure(
             agent_q(big, term, memory_scope="org"),
             None,
         )
+    worst = adversarial_query()
+    for label, scope in (("one agent", "me"), ("org-wide", "org")):
+        paths[f"search adversarial, {label}"] = (
+            Call(
+                "GET",
+                AGENT,
+                data.big_agent_key,
+                {"memory_scope": scope, "content_query": worst},
+                refusable=True,
+            ),
+            agent_q(big, worst, memory_scope=scope),
+            None,
+        )
     results: dict[str, Any] = {}
     for name, (call, query, after) in paths.items():
         one, eight = load(call, 1), load(call, 8)
         row: dict[str, Any] = {"1 client": one.__dict__, "8 clients": eight.__dict__}
         if query is not None:
-            base_floor = floor(store, query, requests, after)
+            # The floor runs without the server's search budget: an adversarial search's full cost.
+            repeat = ADVERSARIAL_FLOOR_RUNS if call.refusable else requests
+            base_floor = floor(store, query, repeat, after)
             row["floor"] = base_floor.__dict__
             row["ratio p50"] = round(one.p50 / max(base_floor.p50, 1e-6), 1)
         results[name] = row

@@ -27,13 +27,14 @@ def check(run: dict[str, object], stdout: str) -> None:
     assert run["memories"] == 3000
     assert isinstance(run["server_peak_rss_mib"], int) and run["server_peak_rss_mib"] > 0
     results = run["results"]
-    assert isinstance(results, dict) and len(results) == 12
+    assert isinstance(results, dict) and len(results) == 14
     for name, row in results.items():
         assert row["1 client"]["p50"] > 0 and row["8 clients"]["rate"] > 0, name
         assert row["1 client"]["p50"] <= row["1 client"]["p95"] <= row["1 client"]["p99"], name
         if name != "store":
             assert row["floor"]["p50"] > 0 and row["ratio p50"] > 0, name
     assert "| search common 10%, org-wide |" in stdout
+    assert "| search adversarial, org-wide |" in stdout
 
 
 def test_tiny_benchmark_run_with_python_clients(tmp_path: Path) -> None:

@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(default=1000, ge=1)
     max_header_bytes: int = Field(default=32 * KIB, ge=KIB)
     max_header_line_bytes: int = Field(default=8 * KIB, ge=256)
+    # Wall-clock time one search statement may take before it is stopped with 422
+    # `search_too_expensive` (SQLite: interrupted by a watchdog; PostgreSQL: statement_timeout).
+    search_budget_ms: int = Field(default=1000, ge=1, le=60_000)
     sqlite_synchronous: str = "FULL"
     db_pool_size: int = Field(default=8, ge=1, le=200)
     # Threads that run blocking work (routes, database calls) per process; 0 = by backend (see

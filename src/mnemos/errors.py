@@ -107,6 +107,16 @@ class InsufficientStorage(MnemosError):
     status, code, default_message = 507, "insufficient_storage", "The database has no room to write"
 
 
+class SearchTooExpensive(MnemosError):
+    """A search that ran past its time budget (`MNEMOS_SEARCH_BUDGET_MS`) and was stopped."""
+
+    status, code = 422, "search_too_expensive"
+    default_message = (
+        "The search took too long and was stopped: use fewer, longer or rarer words, "
+        "or narrow it with memory_scope or filters"
+    )
+
+
 class StorageUnavailable(MnemosError):
     status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
 

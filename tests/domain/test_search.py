@@ -4,7 +4,7 @@ import pytest
 
 from mnemos.domain.models import Scope
 from mnemos.domain.queries import Audience
-from mnemos.domain.search import MAX_TERMS, parse_search, words_of
+from mnemos.domain.search import MAX_TERMS, MIN_PREFIX_CHARS, parse_search, words_of
 from mnemos.errors import ValidationFailed
 from mnemos.storage.postgres import tsquery
 from mnemos.storage.sqlite import fts5_query
@@ -34,10 +34,17 @@ def test_unclosed_quote_runs_to_the_end_and_one_word_phrase_is_a_word() -> None:
     assert query.phrases == (("hot", "green"),)
 
 
-def test_operators_of_every_engine_are_only_separators() -> None:
-    query = parse_search("NEAR(a b) OR x* AND -y ^z col:w & !v | (u) <-> t:*", 500)
-    assert set(query.words) >= {"near", "or", "and", "x", "y", "z", "col", "w", "v", "u", "t"}
-    assert all(word.isalnum() for word in query.words)
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("NEAR(a b) OR x* AND -y", {"near", "a", "b", "or", "x", "and", "y"}),
+        ("^z col:w & !v | (u) <-> t:*", {"z", "col", "w", "v", "u", "t"}),
+    ],
+)
+def test_operators_of_every_engine_are_only_separators(text: str, expected: set[str]) -> None:
+    query = parse_search(text, 500)
+    assert set(query.words) | set(query.whole_words) == expected
+    assert all(word.isalnum() for word in query.words + query.whole_words)
 
 
 @pytest.mark.parametrize("text", ["", "   ", "***", '"" ()', "&|!<->:*"])
@@ -56,8 +63,9 @@ def test_too_long_and_too_many_terms_are_refused() -> None:
 
 def test_backend_expressions_quote_every_term() -> None:
     query = parse_search('and "not this" or', 500)
-    assert fts5_query(query) == '{search_text} : ("and"* "or"* "not this")'
-    assert tsquery(query) == "and:* & or:* & (not <-> this)"
+    # "or" is shorter than MIN_PREFIX_CHARS: a whole word, not a prefix.
+    assert fts5_query(query) == '{search_text} : ("and"* "or" "not this")'
+    assert tsquery(query) == "and:* & or & (not <-> this)"
 
 
 def test_sqlite_search_adds_the_narrowest_scope_token() -> None:
@@ -69,3 +77,27 @@ def test_sqlite_search_adds_the_narrowest_scope_token() -> None:
     assert org_wide.endswith(f'{{scope}} : "zzorg{org.hex}"')
     # A branch with no owner column to name (room membership) searches the words alone.
     assert "{scope}" not in fts5_query(query, Audience(room_member_user_id=agent))
+
+
+def test_adversarial_queries_are_bounded() -> None:
+    """Issue 11, finding 4: one-letter prefixes and many terms made a search cost seconds."""
+    assert MAX_TERMS <= 8
+    assert MIN_PREFIX_CHARS >= 3
+    query = parse_search("b a", 500)
+    assert query.words == ()  # nothing is matched as a prefix
+    assert query.whole_words == ("b", "a")
+    with pytest.raises(ValidationFailed):
+        parse_search(" ".join("abcdefghijklmnopqrstuvwxyz012345"), 500)
+    # Repeats are one term, a prefix that a longer word implies is no term at all.
+    query = parse_search("harbor har harb HARBOR " * 20, 500)
+    assert query.words == ("harbor",)
+    query = parse_search('gre "green tea" te', 500)
+    assert (query.words, query.phrases, query.whole_words) == ((), (("green", "tea"),), ("te",))
+
+
+@pytest.mark.parametrize("text", ["b a", " ".join("abcdefgh"), "ab cd ef gh", "x y z 1 2 3 4 5"])
+def test_no_prefix_shorter_than_the_minimum_reaches_a_backend(text: str) -> None:
+    query = parse_search(text, 500)
+    assert all(len(word) >= MIN_PREFIX_CHARS for word in query.words)
+    assert "*" not in fts5_query(query)
+    assert ":*" not in tsquery(query)

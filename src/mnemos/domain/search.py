@@ -1,9 +1,16 @@
 """Full-text queries: what a caller typed, reduced to words and phrases every backend can match.
 
 Semantics (the same on every backend): words match in any order, case- and accent-insensitively;
-each bare word matches as a prefix (`pref` finds "preferences"); text in double quotes is a phrase
-whose words must stand next to each other in that order. Everything that is not a letter or a
-digit separates words, so no operator syntax of the underlying engine can reach it.
+each bare word of at least `MIN_PREFIX_CHARS` characters matches as a prefix (`pref` finds
+"preferences"), a shorter one only as a whole word (`e` finds "e-mail", not "every"); text in
+double quotes is a phrase whose words must stand next to each other in that order. Everything that
+is not a letter or a digit separates words, so no operator syntax of the underlying engine can
+reach it.
+
+Cost: a prefix is matched by merging the index entries of every word that starts with it, so a
+one- or two-letter prefix touches almost every memory (issue 11, finding 4: `b a` took 2.4 s at
+300,000 memories). Hence the minimum prefix length, the cap of `MAX_TERMS` distinct terms, and
+dropping a prefix that another term of the query already implies (`har harbor` is `harbor`).
 
 Both the stored text and the query go through `words_of`, so every backend indexes exactly the
 same words: storage indexes `index_text(content)`, never the raw content.
@@ -18,19 +25,22 @@ from dataclasses import dataclass
 from mnemos.errors import invalid_field
 
 _WORD = re.compile(r"[^\W_]+")
-MAX_TERMS = 32
+MAX_TERMS = 8
+MIN_PREFIX_CHARS = 3
 
 
 @dataclass(frozen=True)
 class SearchQuery:
-    """Prefix-matched words and exact phrases, all of which must match."""
+    """Prefix-matched words, whole words and exact phrases, all of which must match."""
 
-    words: tuple[str, ...]
+    words: tuple[str, ...]  # each matches any word that starts with it
     phrases: tuple[tuple[str, ...], ...]
+    whole_words: tuple[str, ...] = ()  # shorter than MIN_PREFIX_CHARS: whole words only
 
     @property
     def terms(self) -> int:
-        return len(self.words) + sum(len(phrase) for phrase in self.phrases)
+        phrase_words = sum(len(phrase) for phrase in self.phrases)
+        return len(self.words) + len(self.whole_words) + phrase_words
 
 
 def words_of(text: str) -> list[str]:
@@ -58,9 +68,24 @@ def parse_search(text: str, max_chars: int, field: str = "content_query") -> Sea
             words.extend(found)
         elif found:
             phrases.append(tuple(found))
-    query = SearchQuery(tuple(dict.fromkeys(words)), tuple(dict.fromkeys(phrases)))
+    query = _simplified(words, phrases)
     if query.terms == 0:
         raise invalid_field(field, "must contain at least one letter or digit")
     if query.terms > MAX_TERMS:
         raise invalid_field(field, f"must contain at most {MAX_TERMS} words")
     return query
+
+
+def _simplified(words: list[str], phrases: list[tuple[str, ...]]) -> SearchQuery:
+    """Distinct terms; short words whole; no prefix that a longer term of the query implies."""
+    unique_phrases = tuple(dict.fromkeys(phrases))
+    longer = [word for word in words if len(word) >= MIN_PREFIX_CHARS]
+    longer += [word for phrase in unique_phrases for word in phrase]
+    prefixes = [
+        word
+        for word in dict.fromkeys(words)
+        if len(word) >= MIN_PREFIX_CHARS
+        and not any(other != word and other.startswith(word) for other in longer)
+    ]
+    whole = [word for word in dict.fromkeys(words) if len(word) < MIN_PREFIX_CHARS]
+    return SearchQuery(tuple(prefixes), unique_phrases, tuple(whole))

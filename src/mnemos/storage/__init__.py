@@ -35,11 +35,16 @@ def open_store(settings: Settings) -> Store:
         from mnemos.storage.sqlite import SqliteStore
 
         return SqliteStore(
-            url, pool_size=settings.db_pool_size, synchronous=settings.sqlite_synchronous
+            url,
+            pool_size=settings.db_pool_size,
+            synchronous=settings.sqlite_synchronous,
+            search_budget_ms=settings.search_budget_ms,
         )
     from mnemos.storage.postgres import PostgresStore
 
-    return PostgresStore(url, pool_size=settings.db_pool_size)
+    return PostgresStore(
+        url, pool_size=settings.db_pool_size, search_budget_ms=settings.search_budget_ms
+    )
 
 
 def alembic_config(url: str) -> Config:

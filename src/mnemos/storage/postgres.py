@@ -7,21 +7,28 @@ both backends index exactly the same words.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Insert
 
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
+from mnemos.errors import SearchTooExpensive
 from mnemos.storage.rows import read_json
 from mnemos.storage.sql import SqlStore
+from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
 
 
 def tsquery(search: SearchQuery) -> str:
-    """A `to_tsquery` expression: words as prefixes, phrases with `<->`, all ANDed."""
+    """A `to_tsquery` expression: words as prefixes, short words whole, phrases with `<->`,
+    all ANDed."""
     terms = [f"{word}:*" for word in search.words]
+    terms += list(search.whole_words)
     terms += ["(" + " <-> ".join(phrase) + ")" for phrase in search.phrases]
     return " & ".join(terms)
 
@@ -40,7 +47,9 @@ STATEMENT_TIMEOUT_MS = 15_000
 class PostgresStore(SqlStore):
     """Many stateless Mnemos processes can share one of these."""
 
-    def __init__(self, url: str, *, pool_size: int = 8):
+    def __init__(
+        self, url: str, *, pool_size: int = 8, search_budget_ms: int = DEFAULT_SEARCH_BUDGET_MS
+    ):
         engine = sa.create_engine(
             driver_url(url),
             pool_size=pool_size,
@@ -56,7 +65,12 @@ class PostgresStore(SqlStore):
         # A `snapshot()` is one REPEATABLE READ transaction: one state for all its reads.
         reads = engine.execution_options(isolation_level="AUTOCOMMIT")
         snapshots = engine.execution_options(isolation_level="REPEATABLE READ")
-        super().__init__(read_engine=reads, write_engine=engine, snapshot_engine=snapshots)
+        super().__init__(
+            read_engine=reads,
+            write_engine=engine,
+            snapshot_engine=snapshots,
+            search_budget_ms=search_budget_ms,
+        )
 
     def _search_clause(self, param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
         # The query text goes into the SQL as a literal (it holds only normalized words and
@@ -72,6 +86,26 @@ class PostgresStore(SqlStore):
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:  # noqa: ARG002
         return tsquery(search)
+
+    @contextmanager
+    def _search_budget(self, conn: Connection) -> Iterator[None]:
+        # A session SET (reads run in autocommit, where SET LOCAL would do nothing), undone by
+        # RESET to the connection's own 15 s. Inside a failed transaction (a `snapshot()`) the
+        # RESET cannot run, and need not: the rollback that follows undoes the SET.
+        from psycopg.errors import QueryCanceled  # the driver is an optional extra
+        from psycopg.pq import TransactionStatus
+
+        conn.exec_driver_sql(f"SET statement_timeout = {int(self._search_budget_ms)}")
+        try:
+            yield
+        except sa.exc.OperationalError as exc:
+            if not isinstance(exc.orig, QueryCanceled):
+                raise
+            raise SearchTooExpensive(details={"budget_ms": self._search_budget_ms}) from exc
+        finally:
+            status = driver_connection(conn).info.transaction_status
+            if status != TransactionStatus.INERROR:
+                conn.exec_driver_sql("RESET statement_timeout")
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()

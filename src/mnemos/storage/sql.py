@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import Memory, Status
 from mnemos.domain.pagination import Position
@@ -147,7 +149,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         if not query.audiences:
             return []
         statement, params = self.list_statement(query, limit=limit, after=after, offset=offset)
-        with self._read() as conn:
+        with self._read() as conn, self._bounded(conn, query):
             return [to_memory(row) for row in conn.execute(statement, params)]
 
     def count_memories(self, query: MemoryQuery) -> int:
@@ -160,8 +162,12 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
             keys = self._matching_keys(query, after=False, depth=False)
             statement = sa.select(sa.func.count()).select_from(keys)
             self._remember(shape, statement)
-        with self._read() as conn:
+        with self._read() as conn, self._bounded(conn, query):
             return int(conn.execute(statement, params).scalar_one())
+
+    def _bounded(self, conn: Connection, query: MemoryQuery) -> AbstractContextManager[None]:
+        """A search runs within its time budget; a plain list is bounded by its indexes."""
+        return self._search_budget(conn) if query.search is not None else nullcontext()
 
     def _remember(self, shape: tuple[Any, ...], statement: sa.Select[Any]) -> None:
         if len(self._statements) >= MAX_CACHED_STATEMENTS:

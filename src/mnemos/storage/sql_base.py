@@ -18,13 +18,29 @@ from mnemos.domain.search import SearchQuery
 from mnemos.errors import InsufficientStorage, StorageUnavailable
 from mnemos.storage.schema import server_secrets
 
+DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
+
+
+def driver_connection(conn: Connection) -> Any:
+    """The DB-API connection (sqlite3 or psycopg) under a checked-out SQLAlchemy connection."""
+    raw = conn.connection.driver_connection
+    if raw is None:
+        raise StorageUnavailable(details={"reason": "connection is closed"})
+    return raw
+
 
 class SqlBase(abc.ABC):
     """Engines, transactions and the few places where backends differ."""
 
     def __init__(
-        self, read_engine: Engine, write_engine: Engine, snapshot_engine: Engine | None = None
+        self,
+        read_engine: Engine,
+        write_engine: Engine,
+        snapshot_engine: Engine | None = None,
+        *,
+        search_budget_ms: int = DEFAULT_SEARCH_BUDGET_MS,
     ):
+        self._search_budget_ms = search_budget_ms
         self._read_engine = read_engine
         self._write_engine = write_engine
         self._snapshot_engine = snapshot_engine or read_engine
@@ -40,6 +56,11 @@ class SqlBase(abc.ABC):
     @abc.abstractmethod
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:
         """What to bind to `_search_clause`'s parameter for `search` within `audience`."""
+
+    @abc.abstractmethod
+    def _search_budget(self, conn: Connection) -> AbstractContextManager[None]:
+        """Stop a statement run inside this block on `conn` once it has taken longer than
+        `self._search_budget_ms`, raising `SearchTooExpensive` instead of its database error."""
 
     @abc.abstractmethod
     def _insert_ignore(self, table: sa.Table) -> Insert:

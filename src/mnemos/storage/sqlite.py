@@ -21,12 +21,16 @@ from sqlalchemy.sql.dml import Insert
 
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
+from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
+from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
+from mnemos.storage.watchdog import Watchdog
 
 BUSY_TIMEOUT_MS = 30_000
+WATCHDOG = Watchdog()  # one thread per process stops searches past their budget
 
 
 def fts5_query(search: SearchQuery, audience: Audience | None = None) -> str:
@@ -35,6 +39,7 @@ def fts5_query(search: SearchQuery, audience: Audience | None = None) -> str:
     (see migration 0005), so FTS5 intersects inside the index instead of returning every match.
     """
     terms = [f'"{word}"*' for word in search.words]
+    terms += [f'"{word}"' for word in search.whole_words]
     terms += ['"' + " ".join(phrase) + '"' for phrase in search.phrases]
     expression = "{search_text} : (" + " ".join(terms) + ")"
     token = scope_token(audience) if audience is not None else None
@@ -84,7 +89,14 @@ def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine
 class SqliteStore(SqlStore):
     """The embedded default."""
 
-    def __init__(self, url: str, *, pool_size: int = 8, synchronous: str = "FULL"):
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 8,
+        synchronous: str = "FULL",
+        search_budget_ms: int = DEFAULT_SEARCH_BUDGET_MS,
+    ):
         path = make_url(url).database or ":memory:"
         on_disk = path != ":memory:"
         if on_disk:
@@ -104,6 +116,7 @@ class SqliteStore(SqlStore):
             write_engine=_engine(
                 url, pool_size=1, begin="BEGIN IMMEDIATE", synchronous=synchronous
             ),
+            search_budget_ms=search_budget_ms,
         )
 
     @contextmanager
@@ -148,6 +161,20 @@ class SqliteStore(SqlStore):
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:
         return fts5_query(search, audience)
+
+    @contextmanager
+    def _search_budget(self, conn: Connection) -> Iterator[None]:
+        # The process's watchdog interrupts the statement at the deadline: "interrupted", or
+        # "vtable constructor failed" when it comes while the statement is being prepared.
+        token = WATCHDOG.watch(driver_connection(conn), self._search_budget_ms / 1000)
+        try:
+            yield
+        except sa.exc.OperationalError as exc:
+            if WATCHDOG.release(token):
+                raise SearchTooExpensive(details={"budget_ms": self._search_budget_ms}) from exc
+            raise
+        finally:
+            WATCHDOG.release(token)
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
