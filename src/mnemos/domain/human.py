@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mnemos.domain.accounts import require_memory_plan
 from mnemos.domain.ids import try_uuid, utcnow
@@ -18,6 +18,7 @@ from mnemos.domain.memories import MemoryPage, MemoryService
 from mnemos.domain.models import Memory, Scope, Status, UserContext
 from mnemos.domain.pagination import PageRequest
 from mnemos.domain.people import actor_of, sees_agent, sees_user
+from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
 from mnemos.domain.queries import Audience, Filters, MemoryQuery
 from mnemos.errors import Forbidden, MemoryNotArchived, NotFound
 
@@ -73,12 +74,16 @@ def human_audiences(ctx: UserContext, scope: str, reach: Reach = Reach()) -> tup
     return (about_me, *shared, *in_rooms, *mine)
 
 
+class HumanStore(MemoryStore, RoomStore, AccountStore, Protocol):
+    """Memories, and the rooms and agents a person reaches (for lists and display fields)."""
+
+
 class HumanMemoryService:
     """The human API's rules, over the shared memory service and store."""
 
-    def __init__(self, memories: MemoryService):
+    def __init__(self, memories: MemoryService, store: HumanStore):
         self.memories = memories
-        self.store = memories.store
+        self.store = store
 
     def list_page(
         self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest

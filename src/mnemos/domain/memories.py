@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from mnemos.domain.accounts import require_memory_plan
 from mnemos.domain.ids import try_uuid, utcnow, uuid7
@@ -36,6 +36,7 @@ from mnemos.domain.pagination import (
     cursor_meta,
     offset_meta,
 )
+from mnemos.domain.ports import MemoryStore, RoomStore
 from mnemos.domain.queries import Audience, Filters, MemoryQuery
 from mnemos.domain.values import check_metadata, check_text
 from mnemos.errors import (
@@ -48,7 +49,6 @@ from mnemos.errors import (
     SubjectIdRequiresSubjectScope,
     invalid_field,
 )
-from mnemos.storage.base import Store
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
@@ -99,10 +99,16 @@ class AgentListParams:
     subject_id: uuid.UUID | None = None
 
 
+class MemoryServiceStore(MemoryStore, RoomStore, Protocol):
+    """Memories, and a member's role in a room (rooms widen who may write)."""
+
+
 class MemoryService:
     """The memory rules over one store."""
 
-    def __init__(self, store: Store, codec: CursorCodec, *, max_content_chars: int = 10_000):
+    def __init__(
+        self, store: MemoryServiceStore, codec: CursorCodec, *, max_content_chars: int = 10_000
+    ):
         self.store = store
         self.codec = codec
         self.max_content_chars = max_content_chars

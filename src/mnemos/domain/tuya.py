@@ -14,10 +14,11 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from mnemos.domain.ids import try_uuid, utcnow, uuid7
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.ports import AccountStore, MemoryStore, TuyaStore
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.tuya_auth import (
     TuyaCaller,
@@ -27,7 +28,6 @@ from mnemos.domain.tuya_auth import (
     permission_deny,
 )
 from mnemos.domain.values import text_problem
-from mnemos.storage.base import Store
 
 GLOBAL, ROLE = 1, 3
 SCOPE_NAMES = {GLOBAL: "Global memory", ROLE: "Role's memory"}
@@ -61,8 +61,12 @@ class Entry:
     effective_scope: int
 
 
+class TuyaMemoryStore(TuyaStore, MemoryStore, AccountStore, Protocol):
+    """Tuya's slots and devices, memories, and the organizations and agents they belong to."""
+
+
 class TuyaMemories:
-    def __init__(self, store: Store):
+    def __init__(self, store: TuyaMemoryStore):
         self.store = store
 
     # --- parameters --------------------------------------------------------------------
