@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from mnemos.domain.accounts import require_memory_plan
 from mnemos.domain.ids import try_uuid, utcnow
@@ -22,12 +22,13 @@ from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
 from mnemos.domain.queries import Audience, Filters, MemoryQuery
 from mnemos.errors import Forbidden, MemoryNotArchived, NotFound
 
-HUMAN_SCOPES = ("about_me", "organization", "room", "all")
+HumanView = Literal["about_me", "organization", "room", "all"]
+"""Which of (a)-(d) a person's list shows (wire: the human API's `scope`); not a memory `Scope`."""
 
 
 @dataclass(frozen=True)
 class HumanListParams:
-    scope: str = "all"
+    scope: HumanView = "all"
     chat_room_id: uuid.UUID | None = None
     source_agent_id: uuid.UUID | None = None
 
@@ -45,8 +46,10 @@ class Reach:
     agents: tuple[uuid.UUID, ...] | None = None
 
 
-def human_audiences(ctx: UserContext, scope: str, reach: Reach = Reach()) -> tuple[Audience, ...]:
-    """The branches of (a)-(d) that a `scope` asks for."""
+def human_audiences(
+    ctx: UserContext, scope: HumanView, reach: Reach = Reach()
+) -> tuple[Audience, ...]:
+    """The branches of (a)-(d) that a view asks for."""
     me, org = ctx.user.id, ctx.organization_id
     about_me = Audience(subject_id=me, scopes=(Scope.SUBJECT,))
     if reach.agents is not None and len(reach.agents) <= MAX_BRANCHES:

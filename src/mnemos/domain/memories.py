@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from mnemos.domain.accounts import require_memory_plan
 from mnemos.domain.ids import try_uuid, utcnow, uuid7
@@ -92,10 +92,17 @@ class MemoryPage:
     deprecated: bool
 
 
+Whose = Literal["me", "org"]
+"""Whose memories an agent's list reads: its own, or its organization's (wire: `memory_scope`)."""
+
+ScopeFilter = Literal["agent", "subject", "organization", "all"]
+"""Which memory `Scope` an agent's list keeps, or all of them (wire: the agent API's `scope`)."""
+
+
 @dataclass(frozen=True)
 class AgentListParams:
-    memory_scope: str = "me"
-    scope: str | None = None
+    memory_scope: Whose = "me"
+    scope: ScopeFilter | None = None
     subject_id: uuid.UUID | None = None
 
 
