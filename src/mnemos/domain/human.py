@@ -1,4 +1,4 @@
-"""What people see of agents' memories, and what they may change (DESIGN.md, "Human API").
+"""What people see of agents' memories, and what they may change (docs/design.md, "Human API").
 
 A person sees (a) subject memories about them, (b) organization memories of their organization,
 (c) memories made in rooms they take part in by agents of their organization, except the

@@ -165,7 +165,7 @@ class MemoryService:
     def store_as_agent(
         self, ctx: AgentContext, draft: MemoryDraft, idempotency_key: str | None = None
     ) -> Memory:
-        """Store a memory with the agent as its source (DESIGN.md, "Store").
+        """Store a memory with the agent as its source (docs/design.md, "Store").
 
         With an idempotency key, a retry of the same request within a day returns the memory the
         first one stored instead of storing another; the same key with a different request is 409.
@@ -223,7 +223,7 @@ class MemoryService:
     def agent_query(
         self, ctx: AgentContext, params: AgentListParams, filters: Filters
     ) -> MemoryQuery:
-        """What `GET /api/v1/agent/memories` returns, per DESIGN.md's table."""
+        """What `GET /api/v1/agent/memories` returns, per docs/design.md's table."""
         me = ctx.agent.id
         scope = None if params.scope in (None, "all") else Scope(params.scope)
         narrow_subject = params.subject_id

@@ -1,4 +1,4 @@
-"""Tuya device memories over the shared memory store (DESIGN.md, "Tuya device memories").
+"""Tuya device memories over the shared memory store (docs/design.md, "Tuya device memories").
 
 A device is a subject of the organization whose project first wrote it. A role is an agent of
 that organization (`role_id` is the agent's id, or a role bound to an agent with
