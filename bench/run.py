@@ -434,7 +434,7 @@ def measure(
     small = store.agent_by_key(hash_key(data.small_agent_key))
     person = store.user_by_key(hash_key(data.person_key))
     assert big and small and person
-    human = HumanMemoryService(service)
+    human = HumanMemoryService(service, store)
 
     def get(key: str, path: str, **params: str) -> Call:
         return Call("GET", path, key, params)

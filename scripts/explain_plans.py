@@ -135,7 +135,7 @@ def main() -> None:
                 conn.exec_driver_sql("ANALYZE")
         service = MemoryService(store, codec=None)  # type: ignore[arg-type]
         term = parse_search("jitter", 500)
-        reach = HumanMemoryService(service).reach(person)
+        reach = HumanMemoryService(service, store).reach(person)
         paths: dict[str, MemoryQuery] = {
             "agent: own memories (memory_scope=me)": service.agent_query(
                 agent, AgentListParams(), Filters()

@@ -1,7 +1,7 @@
-"""A reference model of DESIGN.md's visibility rules, written apart from `mnemos.domain`.
+"""A reference model of docs/design.md's visibility rules, written apart from `mnemos.domain`.
 
 Tests compare what the server answers with what this model says; a rule broken in the domain
-shows up as a difference. Keep this file close to DESIGN.md's wording, not to the code.
+shows up as a difference. Keep this file close to docs/design.md's wording, not to the code.
 """
 
 from __future__ import annotations

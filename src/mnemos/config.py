@@ -96,7 +96,9 @@ class Settings(BaseSettings):
         """
         if self.worker_threads:
             return self.worker_threads
-        return 2 if self.resolved_database_url().startswith("sqlite") else 1
+        from mnemos.storage import backend  # storage reads Settings: import when asked
+
+        return backend(self.resolved_database_url()).worker_threads
 
 
 def load_settings(**overrides: object) -> Settings:

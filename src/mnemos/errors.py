@@ -1,6 +1,6 @@
 """One exception tree for everything Mnemos refuses; the API renders it as one JSON shape.
 
-Each error carries the HTTP status and the machine-readable `code` of DESIGN.md, so the
+Each error carries the HTTP status and the machine-readable `code` of docs/design.md, so the
 domain can say *why* without knowing about HTTP, and one handler renders every error as
 `{"error": {"code", "message", "request_id", "details"?}}`.
 """

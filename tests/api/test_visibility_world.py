@@ -1,4 +1,4 @@
-"""Every actor, every memory, both Band APIs, against a reference model written from DESIGN.md.
+"""Every actor, every memory, both Band APIs, against a reference model written from docs/design.md.
 
 The world: three organizations with two people each, one person with none, two agents per
 person, shared and private rooms, and memories of every scope (some in rooms, some about people

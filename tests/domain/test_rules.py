@@ -1,4 +1,4 @@
-"""The visibility rules of DESIGN.md, checked on the query the domain builds (no database)."""
+"""The visibility rules of docs/design.md, checked on the query the domain builds (no database)."""
 
 import uuid
 from datetime import UTC, datetime

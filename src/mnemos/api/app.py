@@ -12,7 +12,7 @@ from fastapi import Depends, FastAPI
 from mnemos import __version__
 from mnemos.api import band_agent, band_human, chats, superagent, tuya
 from mnemos.api.deps import Services, services
-from mnemos.api.errors import install_error_handlers
+from mnemos.api.error_handlers import install_error_handlers
 from mnemos.api.middleware import (
     AccessMiddleware,
     BodyLimitMiddleware,
@@ -45,7 +45,7 @@ def build_services(settings: Settings, store: Store | None = None) -> Services:
         settings=settings,
         store=store,
         memories=memories,
-        human=HumanMemoryService(memories),
+        human=HumanMemoryService(memories, store),
         rooms=RoomService(store),
         tokens=TokenVerifier(settings, store),
         tuya_auth=TuyaAuth(store),

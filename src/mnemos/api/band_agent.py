@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from fastapi import APIRouter, Depends, Header, Query
 
 from mnemos.api.deps import Services, agent_caller, services
@@ -19,7 +17,7 @@ from mnemos.api.schemas import (
     memory_json,
 )
 from mnemos.domain.ids import parse_uuid
-from mnemos.domain.memories import AgentListParams
+from mnemos.domain.memories import AgentListParams, ScopeFilter, Whose
 from mnemos.domain.models import AgentContext, Status
 
 router = APIRouter(prefix="/api/v1/agent", tags=["Agent API"], route_class=MnemosRoute)
@@ -56,8 +54,8 @@ def store_memory(
 def list_memories(
     ctx: AgentContext = Depends(agent_caller),
     query: ListQuery = Depends(list_query),
-    memory_scope: Literal["me", "org"] = Query("me", description="Whose memories"),
-    scope: Literal["agent", "subject", "organization", "all"] | None = Query(None),
+    memory_scope: Whose = Query("me", description="Whose memories"),
+    scope: ScopeFilter | None = Query(None),
     subject_id: str | None = Query(None),
     svc: Services = Depends(services),
 ) -> JSONResponse:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Response
 
@@ -26,7 +26,7 @@ from mnemos.api.schemas import (
     profile_json,
 )
 from mnemos.domain import accounts
-from mnemos.domain.human import HumanListParams
+from mnemos.domain.human import HumanListParams, HumanView
 from mnemos.domain.ids import iso, parse_uuid, try_uuid
 from mnemos.domain.models import Memory, Status, UserContext
 
@@ -52,7 +52,7 @@ def _displayed(
 def list_memories(
     ctx: UserContext = Depends(user_caller),
     query: ListQuery = Depends(list_query),
-    scope: Literal["about_me", "organization", "room", "all"] = Query("all"),
+    scope: HumanView = Query("all"),
     chat_room_id: str | None = Query(None),
     source_agent_id: str | None = Query(None),
     svc: Services = Depends(services),

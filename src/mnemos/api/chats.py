@@ -5,10 +5,9 @@ Only the subset that memory visibility needs: create, list, get, and manage part
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from mnemos.api.deps import Services, agent_caller, services, user_caller
@@ -65,80 +64,102 @@ def participant_json(p: Participant) -> dict[str, Any]:
     }
 
 
-def _routes(
-    router: APIRouter, caller: Callable[..., Awaitable[AgentContext | UserContext]]
-) -> None:
-    """The same room endpoints for either kind of caller."""
-
-    async def actor(ctx: AgentContext | UserContext = Depends(caller)) -> Actor:
-        return actor_of(ctx)
-
-    @router.post(
-        "/chats", status_code=201, responses=errors(401, 422), summary="Create a chat room"
-    )
-    def create(
-        body: ChatCreateRequest, me: Actor = Depends(actor), svc: Services = Depends(services)
-    ) -> JSONResponse:
-        """Creates a room with the caller as its owner."""
-        return data(room_json(svc.rooms.create(me, body.chat.title, body.chat.type)), status=201)
-
-    @router.get("/chats", responses=errors(401, 422), summary="List chat rooms")
-    def list_rooms(
-        page: int = Query(1, ge=1, le=1_000_000),
-        page_size: int = Query(20, ge=1, le=100),
-        me: Actor = Depends(actor),
-        svc: Services = Depends(services),
-    ) -> JSONResponse:
-        """The rooms the caller takes part in, newest first."""
-        rooms, total = svc.rooms.page(me, page, page_size)
-        meta = offset_meta(OffsetPage(page, page_size), total)
-        return JSONResponse({"data": [room_json(r) for r in rooms], "meta": meta, "metadata": meta})
-
-    @router.get("/chats/{id}", responses=errors(401, 404), summary="Get a chat room")
-    def get(id: str, me: Actor = Depends(actor), svc: Services = Depends(services)) -> JSONResponse:
-        """A room the caller takes part in."""
-        return data(room_json(svc.rooms.get(me, id)))
-
-    @router.get(
-        "/chats/{chat_id}/participants", responses=errors(401, 404), summary="List participants"
-    )
-    def participants(
-        chat_id: str, me: Actor = Depends(actor), svc: Services = Depends(services)
-    ) -> JSONResponse:
-        """Who takes part in a room."""
-        found = svc.rooms.participants(me, chat_id)
-        meta = {"has_more": False, "total_count": len(found)}
-        return JSONResponse({"data": [participant_json(p) for p in found], "metadata": meta})
-
-    @router.post(
-        "/chats/{chat_id}/participants",
-        status_code=201,
-        responses=errors(401, 403, 404, 409, 422),
-        summary="Add a participant",
-    )
-    def add(
-        chat_id: str,
-        body: ParticipantRequest,
-        me: Actor = Depends(actor),
-        svc: Services = Depends(services),
-    ) -> JSONResponse:
-        """Adds a person or agent the caller can see; the owner and admins may."""
-        added = svc.rooms.add(me, chat_id, body.participant.participant_id, body.participant.role)
-        return data(participant_json(added), status=201)
-
-    @router.delete(
-        "/chats/{chat_id}/participants/{id}",
-        responses=errors(401, 403, 404),
-        summary="Remove a participant",
-    )
-    def remove(
-        chat_id: str, id: str, me: Actor = Depends(actor), svc: Services = Depends(services)
-    ) -> JSONResponse:
-        """Removes a participant (the owner and admins may remove others; anyone may leave)."""
-        return data(participant_json(svc.rooms.remove(me, chat_id, id)))
+async def _as_agent(request: Request, ctx: AgentContext = Depends(agent_caller)) -> None:
+    request.state.actor = actor_of(ctx)
 
 
-agent_router = APIRouter(prefix="/api/v1/agent", tags=["Agent API: rooms"], route_class=MnemosRoute)
-human_router = APIRouter(prefix="/api/v1/me", tags=["Human API: rooms"], route_class=MnemosRoute)
-_routes(agent_router, agent_caller)
-_routes(human_router, user_caller)
+async def _as_person(request: Request, ctx: UserContext = Depends(user_caller)) -> None:
+    request.state.actor = actor_of(ctx)
+
+
+def actor(request: Request) -> Actor:
+    """The agent or person calling, as the route's router authenticated them."""
+    found: Actor = request.state.actor
+    return found
+
+
+# Each endpoint serves both kinds of caller: one function, one decorator per router (each with
+# its full path). The router's dependency authenticates its kind of caller and sets `actor`.
+agent_router = APIRouter(
+    tags=["Agent API: rooms"], route_class=MnemosRoute, dependencies=[Depends(_as_agent)]
+)
+human_router = APIRouter(
+    tags=["Human API: rooms"], route_class=MnemosRoute, dependencies=[Depends(_as_person)]
+)
+CREATE: dict[str, Any] = {
+    "status_code": 201,
+    "responses": errors(401, 422),
+    "summary": "Create a chat room",
+}
+LIST: dict[str, Any] = {"responses": errors(401, 422), "summary": "List chat rooms"}
+GET: dict[str, Any] = {"responses": errors(401, 404), "summary": "Get a chat room"}
+PARTICIPANTS: dict[str, Any] = {"responses": errors(401, 404), "summary": "List participants"}
+ADD: dict[str, Any] = {
+    "status_code": 201,
+    "responses": errors(401, 403, 404, 409, 422),
+    "summary": "Add a participant",
+}
+REMOVE: dict[str, Any] = {"responses": errors(401, 403, 404), "summary": "Remove a participant"}
+
+
+@agent_router.post("/api/v1/agent/chats", **CREATE)
+@human_router.post("/api/v1/me/chats", **CREATE)
+def create(
+    body: ChatCreateRequest, me: Actor = Depends(actor), svc: Services = Depends(services)
+) -> JSONResponse:
+    """Creates a room with the caller as its owner."""
+    return data(room_json(svc.rooms.create(me, body.chat.title, body.chat.type)), status=201)
+
+
+@agent_router.get("/api/v1/agent/chats", **LIST)
+@human_router.get("/api/v1/me/chats", **LIST)
+def list_rooms(
+    page: int = Query(1, ge=1, le=1_000_000),
+    page_size: int = Query(20, ge=1, le=100),
+    me: Actor = Depends(actor),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """The rooms the caller takes part in, newest first."""
+    rooms, total = svc.rooms.page(me, page, page_size)
+    meta = offset_meta(OffsetPage(page, page_size), total)
+    return JSONResponse({"data": [room_json(r) for r in rooms], "meta": meta, "metadata": meta})
+
+
+@agent_router.get("/api/v1/agent/chats/{id}", **GET)
+@human_router.get("/api/v1/me/chats/{id}", **GET)
+def get(id: str, me: Actor = Depends(actor), svc: Services = Depends(services)) -> JSONResponse:
+    """A room the caller takes part in."""
+    return data(room_json(svc.rooms.get(me, id)))
+
+
+@agent_router.get("/api/v1/agent/chats/{chat_id}/participants", **PARTICIPANTS)
+@human_router.get("/api/v1/me/chats/{chat_id}/participants", **PARTICIPANTS)
+def participants(
+    chat_id: str, me: Actor = Depends(actor), svc: Services = Depends(services)
+) -> JSONResponse:
+    """Who takes part in a room."""
+    found = svc.rooms.participants(me, chat_id)
+    meta = {"has_more": False, "total_count": len(found)}
+    return JSONResponse({"data": [participant_json(p) for p in found], "metadata": meta})
+
+
+@agent_router.post("/api/v1/agent/chats/{chat_id}/participants", **ADD)
+@human_router.post("/api/v1/me/chats/{chat_id}/participants", **ADD)
+def add(
+    chat_id: str,
+    body: ParticipantRequest,
+    me: Actor = Depends(actor),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """Adds a person or agent the caller can see; the owner and admins may."""
+    added = svc.rooms.add(me, chat_id, body.participant.participant_id, body.participant.role)
+    return data(participant_json(added), status=201)
+
+
+@agent_router.delete("/api/v1/agent/chats/{chat_id}/participants/{id}", **REMOVE)
+@human_router.delete("/api/v1/me/chats/{chat_id}/participants/{id}", **REMOVE)
+def remove(
+    chat_id: str, id: str, me: Actor = Depends(actor), svc: Services = Depends(services)
+) -> JSONResponse:
+    """Removes a participant (the owner and admins may remove others; anyone may leave)."""
+    return data(participant_json(svc.rooms.remove(me, chat_id, id)))

@@ -12,15 +12,16 @@ import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import jwt
 
 from mnemos.config import DEFAULT_MAX_AGENTS_PER_USER
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Agent, Organization, User
+from mnemos.domain.ports import AccountStore, KeyKind, Secrets
 from mnemos.domain.values import check_optional_text, check_text
 from mnemos.errors import AgentLimitReached, NotFound, PlanRequired, Unauthorized, invalid_field
-from mnemos.storage.base import KeyKind, Store
 
 KEY_PREFIXES: dict[KeyKind, str] = {"agent": "mn_agent_", "user": "mn_user_"}
 JWT_ISSUER = "mnemos"
@@ -28,6 +29,10 @@ JWT_AUDIENCE = "mnemos"
 JWT_ALGORITHM = "HS256"
 JWT_SECRET_NAME = "jwt-hs256"
 MAX_TOKEN_TTL = 366 * 24 * 3600
+
+
+class SigningStore(AccountStore, Secrets, Protocol):
+    """People, and the database's shared secrets: what issuing and checking a token reads."""
 
 
 def hash_key(key: str) -> str:
@@ -67,13 +72,13 @@ def _name(value: str, field: str) -> str:
     return value
 
 
-def create_organization(store: Store, name: str) -> Organization:
+def create_organization(store: AccountStore, name: str) -> Organization:
     org = Organization(id=uuid.uuid4(), name=_name(name, "name"))
     store.create_organization(org)
     return org
 
 
-def create_user(store: Store, name: str, email: str, org_id: uuid.UUID | None) -> IssuedUser:
+def create_user(store: AccountStore, name: str, email: str, org_id: uuid.UUID | None) -> IssuedUser:
     check_text(email, "email")
     if "@" not in email or len(email) > 320:
         raise invalid_field("email", "must be an email address")
@@ -98,7 +103,7 @@ def create_user(store: Store, name: str, email: str, org_id: uuid.UUID | None) -
 
 
 def create_agent(
-    store: Store,
+    store: AccountStore,
     owner_id: uuid.UUID,
     name: str,
     description: str | None,
@@ -134,12 +139,12 @@ def create_agent(
     return IssuedAgent(agent, key)
 
 
-def jwt_secret(store: Store, configured: str = "") -> bytes:
+def jwt_secret(store: Secrets, configured: str = "") -> bytes:
     """The configured HS256 secret (at least 32 bytes, checked by Settings) or the database's."""
     return configured.encode() if configured else store.secret(JWT_SECRET_NAME)
 
 
-def issue_token(store: Store, user_id: uuid.UUID, ttl_seconds: int, secret: str = "") -> str:
+def issue_token(store: SigningStore, user_id: uuid.UUID, ttl_seconds: int, secret: str = "") -> str:
     """A JWT for a person, signed with this deployment's shared secret."""
     if not 1 <= ttl_seconds <= MAX_TOKEN_TTL:
         raise invalid_field("ttl", f"must be 1..{MAX_TOKEN_TTL} seconds")
@@ -177,7 +182,7 @@ def token_claims(claims: dict[str, object]) -> TokenClaims:
         raise Unauthorized("Invalid or expired token") from None
 
 
-def own_token_claims(store: Store, token: str, secret: str = "") -> TokenClaims:
+def own_token_claims(store: Secrets, token: str, secret: str = "") -> TokenClaims:
     """The claims of a Mnemos-issued JWT; `unauthorized` for anything else."""
     try:
         claims = jwt.decode(
@@ -205,7 +210,7 @@ def check_not_revoked(user: User, issued_at: float | None) -> None:
         raise Unauthorized("Token revoked")
 
 
-def revoke_tokens(store: Store, user_id: uuid.UUID) -> datetime:
+def revoke_tokens(store: AccountStore, user_id: uuid.UUID) -> datetime:
     """Refuse every bearer token issued to the person until now; the revocation time."""
     now = utcnow()
     if not store.set_tokens_valid_after(user_id, now):
@@ -213,7 +218,7 @@ def revoke_tokens(store: Store, user_id: uuid.UUID) -> datetime:
     return now
 
 
-def rotate_user_key(store: Store, user_id: uuid.UUID) -> str:
+def rotate_user_key(store: AccountStore, user_id: uuid.UUID) -> str:
     """A new API key for a person; their previous keys stop working at once."""
     if store.get_user(user_id) is None:
         raise NotFound("No such user", {"user": str(user_id)})
@@ -221,7 +226,7 @@ def rotate_user_key(store: Store, user_id: uuid.UUID) -> str:
 
 
 def rotate_agent_key(
-    store: Store, agent_id: uuid.UUID | None, owner_id: uuid.UUID | None = None
+    store: AccountStore, agent_id: uuid.UUID | None, owner_id: uuid.UUID | None = None
 ) -> str:
     """A new API key for an agent (of `owner_id`, when given: 404 for anyone else's, so
     existence is not leaked); its previous keys stop working at once, its memories stay."""
@@ -231,13 +236,15 @@ def rotate_agent_key(
     return _replace_key(store, "agent", agent.id)
 
 
-def _replace_key(store: Store, kind: KeyKind, principal_id: uuid.UUID) -> str:
+def _replace_key(store: AccountStore, kind: KeyKind, principal_id: uuid.UUID) -> str:
     key = new_key(kind)
     store.replace_api_keys(kind, principal_id, hash_key(key))
     return key
 
 
-def delete_owned_agent(store: Store, owner_id: uuid.UUID, agent_id: uuid.UUID | None) -> Agent:
+def delete_owned_agent(
+    store: AccountStore, owner_id: uuid.UUID, agent_id: uuid.UUID | None
+) -> Agent:
     """Delete one of a person's agents (404 for anyone else's: existence is not leaked)."""
     agent = store.get_agent(agent_id) if agent_id else None
     if agent is None or agent.owner_id != owner_id:

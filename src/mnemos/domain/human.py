@@ -1,4 +1,4 @@
-"""What people see of agents' memories, and what they may change (DESIGN.md, "Human API").
+"""What people see of agents' memories, and what they may change (docs/design.md, "Human API").
 
 A person sees (a) subject memories about them, (b) organization memories of their organization,
 (c) memories made in rooms they take part in by agents of their organization, except the
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from mnemos.domain.accounts import require_memory_plan
 from mnemos.domain.ids import try_uuid, utcnow
@@ -18,15 +18,17 @@ from mnemos.domain.memories import MemoryPage, MemoryService
 from mnemos.domain.models import Memory, Scope, Status, UserContext
 from mnemos.domain.pagination import PageRequest
 from mnemos.domain.people import actor_of, sees_agent, sees_user
+from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
 from mnemos.domain.queries import Audience, Filters, MemoryQuery
 from mnemos.errors import Forbidden, MemoryNotArchived, NotFound
 
-HUMAN_SCOPES = ("about_me", "organization", "room", "all")
+HumanView = Literal["about_me", "organization", "room", "all"]
+"""Which of (a)-(d) a person's list shows (wire: the human API's `scope`); not a memory `Scope`."""
 
 
 @dataclass(frozen=True)
 class HumanListParams:
-    scope: str = "all"
+    scope: HumanView = "all"
     chat_room_id: uuid.UUID | None = None
     source_agent_id: uuid.UUID | None = None
 
@@ -44,8 +46,10 @@ class Reach:
     agents: tuple[uuid.UUID, ...] | None = None
 
 
-def human_audiences(ctx: UserContext, scope: str, reach: Reach = Reach()) -> tuple[Audience, ...]:
-    """The branches of (a)-(d) that a `scope` asks for."""
+def human_audiences(
+    ctx: UserContext, scope: HumanView, reach: Reach = Reach()
+) -> tuple[Audience, ...]:
+    """The branches of (a)-(d) that a view asks for."""
     me, org = ctx.user.id, ctx.organization_id
     about_me = Audience(subject_id=me, scopes=(Scope.SUBJECT,))
     if reach.agents is not None and len(reach.agents) <= MAX_BRANCHES:
@@ -73,12 +77,16 @@ def human_audiences(ctx: UserContext, scope: str, reach: Reach = Reach()) -> tup
     return (about_me, *shared, *in_rooms, *mine)
 
 
+class HumanStore(MemoryStore, RoomStore, AccountStore, Protocol):
+    """Memories, and the rooms and agents a person reaches (for lists and display fields)."""
+
+
 class HumanMemoryService:
     """The human API's rules, over the shared memory service and store."""
 
-    def __init__(self, memories: MemoryService):
+    def __init__(self, memories: MemoryService, store: HumanStore):
         self.memories = memories
-        self.store = memories.store
+        self.store = store
 
     def list_page(
         self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest

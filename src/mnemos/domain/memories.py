@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from mnemos.domain.accounts import require_memory_plan
 from mnemos.domain.ids import try_uuid, utcnow, uuid7
@@ -36,6 +36,7 @@ from mnemos.domain.pagination import (
     cursor_meta,
     offset_meta,
 )
+from mnemos.domain.ports import MemoryStore, RoomStore
 from mnemos.domain.queries import Audience, Filters, MemoryQuery
 from mnemos.domain.values import check_metadata, check_text
 from mnemos.errors import (
@@ -48,7 +49,6 @@ from mnemos.errors import (
     SubjectIdRequiresSubjectScope,
     invalid_field,
 )
-from mnemos.storage.base import Store
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
@@ -92,17 +92,30 @@ class MemoryPage:
     deprecated: bool
 
 
+Whose = Literal["me", "org"]
+"""Whose memories an agent's list reads: its own, or its organization's (wire: `memory_scope`)."""
+
+ScopeFilter = Literal["agent", "subject", "organization", "all"]
+"""Which memory `Scope` an agent's list keeps, or all of them (wire: the agent API's `scope`)."""
+
+
 @dataclass(frozen=True)
 class AgentListParams:
-    memory_scope: str = "me"
-    scope: str | None = None
+    memory_scope: Whose = "me"
+    scope: ScopeFilter | None = None
     subject_id: uuid.UUID | None = None
+
+
+class MemoryServiceStore(MemoryStore, RoomStore, Protocol):
+    """Memories, and a member's role in a room (rooms widen who may write)."""
 
 
 class MemoryService:
     """The memory rules over one store."""
 
-    def __init__(self, store: Store, codec: CursorCodec, *, max_content_chars: int = 10_000):
+    def __init__(
+        self, store: MemoryServiceStore, codec: CursorCodec, *, max_content_chars: int = 10_000
+    ):
         self.store = store
         self.codec = codec
         self.max_content_chars = max_content_chars
@@ -152,7 +165,7 @@ class MemoryService:
     def store_as_agent(
         self, ctx: AgentContext, draft: MemoryDraft, idempotency_key: str | None = None
     ) -> Memory:
-        """Store a memory with the agent as its source (DESIGN.md, "Store").
+        """Store a memory with the agent as its source (docs/design.md, "Store").
 
         With an idempotency key, a retry of the same request within a day returns the memory the
         first one stored instead of storing another; the same key with a different request is 409.
@@ -210,7 +223,7 @@ class MemoryService:
     def agent_query(
         self, ctx: AgentContext, params: AgentListParams, filters: Filters
     ) -> MemoryQuery:
-        """What `GET /api/v1/agent/memories` returns, per DESIGN.md's table."""
+        """What `GET /api/v1/agent/memories` returns, per docs/design.md's table."""
         me = ctx.agent.id
         scope = None if params.scope in (None, "all") else Scope(params.scope)
         narrow_subject = params.subject_id

@@ -1,4 +1,4 @@
-"""The entities of DESIGN.md and the memory taxonomy."""
+"""The entities of docs/design.md and the memory taxonomy."""
 
 from __future__ import annotations
 

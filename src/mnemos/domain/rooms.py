@@ -8,19 +8,24 @@ Only someone the caller can see (`people.sees_user` / `sees_agent`) can be added
 from __future__ import annotations
 
 import uuid
+from typing import Protocol
 
 from mnemos.domain.ids import try_uuid, utcnow
 from mnemos.domain.models import ChatRoom, Participant, ParticipantType, Role, RoomStatus, RoomType
 from mnemos.domain.people import Actor, sees_agent, sees_user
+from mnemos.domain.ports import AccountStore, RoomStore
 from mnemos.domain.values import check_optional_text
 from mnemos.errors import Forbidden, NotFound, invalid_field
-from mnemos.storage.base import Store
 
 MAX_TITLE = 300
 
 
+class RoomServiceStore(RoomStore, AccountStore, Protocol):
+    """Rooms, and the people and agents who take part in them."""
+
+
 class RoomService:
-    def __init__(self, store: Store):
+    def __init__(self, store: RoomServiceStore):
         self.store = store
 
     def create(self, actor: Actor, title: str | None, room_type: RoomType) -> ChatRoom:

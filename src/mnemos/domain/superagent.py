@@ -8,18 +8,24 @@ Only a person who owns the agent or shares its organization may ask.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from mnemos.domain.accounts import require_memory_plan
 from mnemos.domain.ids import try_uuid
 from mnemos.domain.models import Agent, Memory, Scope, UserContext
+from mnemos.domain.ports import AccountStore, MemoryStore
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.errors import Forbidden, NotFound
-from mnemos.storage.base import Store
 
 LIMIT = 200
 
 
+class SuperagentStore(MemoryStore, AccountStore, Protocol):
+    """Memories, and agents with their owner's organization."""
+
+
 class SuperagentMemories:
-    def __init__(self, store: Store):
+    def __init__(self, store: SuperagentStore):
         self.store = store
 
     def reachable_agent(self, ctx: UserContext, agent_id: str) -> Agent:

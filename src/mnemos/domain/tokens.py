@@ -14,10 +14,15 @@ from pathlib import Path
 import jwt
 
 from mnemos.config import Settings
-from mnemos.domain.accounts import TokenClaims, check_not_revoked, own_token_claims, token_claims
+from mnemos.domain.accounts import (
+    SigningStore,
+    TokenClaims,
+    check_not_revoked,
+    own_token_claims,
+    token_claims,
+)
 from mnemos.domain.models import UserContext
 from mnemos.errors import Unauthorized
-from mnemos.storage.base import Store
 
 EXTERNAL_ALGORITHMS = frozenset({"RS256", "ES256"})
 REQUIRED_CLAIMS = ["exp", "iss", "aud", "sub"]
@@ -28,7 +33,7 @@ def _invalid() -> Unauthorized:
 
 
 class TokenVerifier:
-    def __init__(self, settings: Settings, store: Store):
+    def __init__(self, settings: Settings, store: SigningStore):
         self.store = store
         self.issuer = settings.jwt_issuer
         self.audience = settings.jwt_audience

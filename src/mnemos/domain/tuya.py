@@ -1,4 +1,4 @@
-"""Tuya device memories over the shared memory store (DESIGN.md, "Tuya device memories").
+"""Tuya device memories over the shared memory store (docs/design.md, "Tuya device memories").
 
 A device is a subject of the organization whose project first wrote it. A role is an agent of
 that organization (`role_id` is the agent's id, or a role bound to an agent with
@@ -14,10 +14,12 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from enum import IntEnum
+from typing import Any, Protocol
 
 from mnemos.domain.ids import try_uuid, utcnow, uuid7
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.ports import AccountStore, MemoryStore, TuyaStore
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.tuya_auth import (
     TuyaCaller,
@@ -27,10 +29,19 @@ from mnemos.domain.tuya_auth import (
     permission_deny,
 )
 from mnemos.domain.values import text_problem
-from mnemos.storage.base import Store
 
-GLOBAL, ROLE = 1, 3
-SCOPE_NAMES = {GLOBAL: "Global memory", ROLE: "Role's memory"}
+
+class TuyaScope(IntEnum):
+    """Tuya's `effective_scope` (its wire values): a device's global memory or its role's. Not
+    a memory `Scope`: a global entry is stored as a `subject` memory, a role's as an `agent` one.
+    """
+
+    GLOBAL = 1
+    ROLE = 3
+
+
+GLOBAL, ROLE = TuyaScope.GLOBAL, TuyaScope.ROLE
+SCOPE_NAMES: dict[int, str] = {GLOBAL: "Global memory", ROLE: "Role's memory"}
 MAX_KEYS = 20
 MAX_WRITE = 50
 MAX_VALUE = 10_000
@@ -49,7 +60,7 @@ class Binding:
     agent_id: uuid.UUID | None
 
     @property
-    def scopes(self) -> tuple[int, ...]:
+    def scopes(self) -> tuple[TuyaScope, ...]:
         return (GLOBAL, ROLE) if self.agent_id else (GLOBAL,)
 
 
@@ -58,11 +69,15 @@ class Entry:
     memory_key: str
     memory_name: str
     memory_value: str
-    effective_scope: int
+    effective_scope: TuyaScope
+
+
+class TuyaMemoryStore(TuyaStore, MemoryStore, AccountStore, Protocol):
+    """Tuya's slots and devices, memories, and the organizations and agents they belong to."""
 
 
 class TuyaMemories:
-    def __init__(self, store: Store):
+    def __init__(self, store: TuyaMemoryStore):
         self.store = store
 
     # --- parameters --------------------------------------------------------------------
@@ -265,12 +280,12 @@ def _entry(binding: Binding, item: Any) -> Entry:
     _text("memory_value", value)
     _text("memory_name", name)
     # Exactly the integer: `true == 1` and `1.0 == 1` in Python, but neither is a scope.
-    if type(scope) is not int or scope not in binding.scopes:
-        raise param_illegal("effective_scope", f"must be one of {list(binding.scopes)}")
-    return Entry(key, name, value, scope)
+    if isinstance(scope, bool) or not isinstance(scope, int) or scope not in binding.scopes:
+        raise param_illegal("effective_scope", f"must be one of {[int(s) for s in binding.scopes]}")
+    return Entry(key, name, value, TuyaScope(scope))
 
 
-def _slot_owner(binding: Binding, scope: int) -> str:
+def _slot_owner(binding: Binding, scope: TuyaScope) -> str:
     """The start of a slot: the scope, and for a role's memory the role's agent."""
     return f"{GLOBAL}:" if scope == GLOBAL else f"{ROLE}:{binding.agent_id}:"
 

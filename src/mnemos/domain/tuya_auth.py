@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from mnemos.domain.ids import utcnow
+from mnemos.domain.ports import TuyaStore
 from mnemos.errors import MnemosError
-from mnemos.storage.base import Store
 
 ACCESS_TTL = 7200
 REFRESH_TTL = 30 * 24 * 3600
@@ -118,7 +118,7 @@ def expected_sign(secret: str, client_id: str, access_token: str, request: Signe
 
 
 class TuyaAuth:
-    def __init__(self, store: Store):
+    def __init__(self, store: TuyaStore):
         self.store = store
 
     def _project(self, request: SignedRequest, access_token: str) -> tuple[str, uuid.UUID]:

@@ -1,45 +1,34 @@
-"""Storage backends, chosen by URL scheme; drivers are imported only when used."""
+"""Storage backends, chosen by URL scheme from one table; drivers are imported only when used."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy.engine import make_url
 
 from mnemos.config import Settings
 from mnemos.storage.base import Store
 
-SUPPORTED_SCHEMES = {
-    "sqlite": "mnemos.storage.sqlite:SqliteStore",
-    "postgresql": "mnemos.storage.postgres:PostgresStore",
-    "postgres": "mnemos.storage.postgres:PostgresStore",
-    "postgresql+psycopg": "mnemos.storage.postgres:PostgresStore",
-}
-
-__all__ = ["SUPPORTED_SCHEMES", "Store", "migrate", "open_store", "scheme_of"]
+__all__ = ["BACKENDS", "Backend", "Store", "alembic_config", "backend", "migrate", "open_store"]
 
 
-def scheme_of(url: str) -> str:
-    scheme = url.partition("://")[0]
-    if scheme not in SUPPORTED_SCHEMES:
-        known = ", ".join(sorted(SUPPORTED_SCHEMES))
-        raise ValueError(f"unsupported database URL scheme {scheme!r} (known: {known})")
-    return scheme
+def _open_sqlite(url: str, settings: Settings) -> Store:
+    from mnemos.storage.sqlite import SqliteStore
+
+    return SqliteStore(
+        url,
+        pool_size=settings.db_pool_size,
+        synchronous=settings.sqlite_synchronous,
+        search_budget_ms=settings.search_budget_ms,
+    )
 
 
-def open_store(settings: Settings) -> Store:
-    """The store for `settings.database_url` (the SQLite default when unset)."""
-    url = settings.resolved_database_url()
-    if scheme_of(url) == "sqlite":
-        from mnemos.storage.sqlite import SqliteStore
-
-        return SqliteStore(
-            url,
-            pool_size=settings.db_pool_size,
-            synchronous=settings.sqlite_synchronous,
-            search_budget_ms=settings.search_budget_ms,
-        )
+def _open_postgres(url: str, settings: Settings) -> Store:
     from mnemos.storage.postgres import PostgresStore
 
     return PostgresStore(
@@ -47,30 +36,75 @@ def open_store(settings: Settings) -> Store:
     )
 
 
+def _sqlite_directory(url: str) -> None:
+    """Alembic creates the database file, but not the directory it goes in."""
+    path = make_url(url).database
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _postgres_driver_url(url: str) -> str:
+    from mnemos.storage.postgres import driver_url
+
+    return driver_url(url)
+
+
+def _as_given(url: str) -> str:
+    return url
+
+
+def _nothing(url: str) -> None:  # noqa: ARG001 - the shape every `prepare` has
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Everything that differs between kinds of database outside the store classes."""
+
+    open: Callable[[str, Settings], Store]
+    worker_threads: int
+    """Default request threads (measured: see `Settings.resolved_worker_threads`)."""
+    prepare: Callable[[str], None] = _nothing
+    """Run before migrating."""
+    migration_url: Callable[[str], str] = _as_given
+    """The URL SQLAlchemy (and so Alembic) needs for a URL as users write it."""
+
+
+SQLITE = Backend(open=_open_sqlite, worker_threads=2, prepare=_sqlite_directory)
+POSTGRES = Backend(open=_open_postgres, worker_threads=1, migration_url=_postgres_driver_url)
+
+BACKENDS: dict[str, Backend] = {
+    "sqlite": SQLITE,
+    "postgresql": POSTGRES,
+    "postgres": POSTGRES,
+    "postgresql+psycopg": POSTGRES,
+}
+
+
+def backend(url: str) -> Backend:
+    """The backend for a database URL, by its scheme (the only place that reads the scheme)."""
+    scheme = url.partition("://")[0]
+    if scheme not in BACKENDS:
+        known = ", ".join(sorted(BACKENDS))
+        raise ValueError(f"unsupported database URL scheme {scheme!r} (known: {known})")
+    return BACKENDS[scheme]
+
+
+def open_store(settings: Settings) -> Store:
+    """The store for `settings.database_url` (the SQLite default when unset)."""
+    url = settings.resolved_database_url()
+    return backend(url).open(url, settings)
+
+
 def alembic_config(url: str) -> Config:
     config = Config()
     config.set_main_option("script_location", str(resources.files("mnemos") / "migrations"))
-    config.set_main_option("sqlalchemy.url", _alembic_url(url).replace("%", "%%"))
+    config.set_main_option("sqlalchemy.url", backend(url).migration_url(url).replace("%", "%%"))
     return config
-
-
-def _alembic_url(url: str) -> str:
-    if scheme_of(url).startswith("postgres"):
-        from mnemos.storage.postgres import driver_url
-
-        return driver_url(url)
-    return url
 
 
 def migrate(settings: Settings, revision: str = "head") -> None:
     """Create or upgrade the database schema with Alembic."""
     url = settings.resolved_database_url()
-    if scheme_of(url) == "sqlite":
-        from pathlib import Path
-
-        from sqlalchemy.engine import make_url
-
-        path = make_url(url).database
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    backend(url).prepare(url)
     command.upgrade(alembic_config(url), revision)

@@ -36,7 +36,7 @@ WATCHDOG = Watchdog()  # one thread per process stops searches past their budget
 def fts5_query(search: SearchQuery, audience: Audience | None = None) -> str:
     """An FTS5 MATCH expression: every term quoted (so no operator survives), words as prefixes,
     all within the words column; plus the audience's most selective scope token, if it has one
-    (see migration 0005), so FTS5 intersects inside the index instead of returning every match.
+    (`SCOPE_TOKENS`), so FTS5 intersects inside the index instead of returning every match.
     """
     terms = [f'"{word}"*' for word in search.words]
     terms += [f'"{word}"' for word in search.whole_words]
@@ -46,17 +46,34 @@ def fts5_query(search: SearchQuery, audience: Audience | None = None) -> str:
     return f'{expression} AND {{scope}} : "{token}"' if token else expression
 
 
+SCOPE_TOKENS = (
+    ("source_agent_id", "zzag"),
+    ("subject_id", "zzsub"),
+    ("chat_room_id", "zzroom"),
+    ("organization_id", "zzorg"),
+)
+"""The search-token rule: each owner column of a memory (the same name on `Audience`) is indexed
+in the FTS `scope` column as its prefix followed by the UUID's 32 hex digits; narrowest first.
+Migrations 0005 (triggers) and 0008 (refill) wrote it out in SQL before this constant existed:
+`tests/test_sqlite_scope_tokens.py` checks that they agree with it. A new migration that indexes
+scope tokens takes its SQL from `scope_tokens_sql`."""
+
+
 def scope_token(audience: Audience) -> str | None:
-    """The FTS token of the narrowest owner an audience pins (what migration 0005 indexes)."""
-    for prefix, value in (
-        ("zzag", audience.source_agent_id),
-        ("zzsub", audience.subject_id),
-        ("zzroom", audience.chat_room_id),
-        ("zzorg", audience.organization_id),
-    ):
+    """The FTS token of the narrowest owner an audience pins (see `SCOPE_TOKENS`)."""
+    for column, prefix in SCOPE_TOKENS:
+        value = getattr(audience, column)
         if value is not None:
-            return prefix + value.hex
+            return str(prefix + value.hex)
     return None
+
+
+def scope_tokens_sql(row: str) -> str:
+    """The SQL for the scope tokens of `row` (`new`, `old` or a table name), for migrations."""
+    tokens = " || ".join(
+        f"coalesce(' {prefix}' || {row}.{column}, '')" for column, prefix in SCOPE_TOKENS
+    )
+    return f"trim({tokens})"
 
 
 def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine:

@@ -1,0 +1,290 @@
+"""The ports: what the domain needs from storage, one narrow interface per kind of state.
+
+The domain declares them and never imports `mnemos.storage`; storage implements them all
+(`mnemos.storage.base.Store` is their union). Each domain service asks only for the ports it
+uses. Implementations translate calls to SQL and back to domain objects; they decide nothing
+about who may see what (the `MemoryQuery` they get already says it).
+
+The methods are abstract, so a backend that misses one cannot be built.
+"""
+
+from __future__ import annotations
+
+import abc
+import uuid
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Literal, Protocol
+
+from mnemos.domain.models import (
+    Agent,
+    AgentContext,
+    ChatRoom,
+    Memory,
+    Organization,
+    Participant,
+    ParticipantType,
+    Role,
+    Status,
+    User,
+    UserContext,
+)
+from mnemos.domain.pagination import Position
+from mnemos.domain.queries import MemoryQuery
+
+KeyKind = Literal["agent", "user"]
+"""Who an API key authenticates."""
+
+
+class Secrets(Protocol):
+    """Secrets shared by every process on one database (cursor and token signing)."""
+
+    @abc.abstractmethod
+    def secret(self, name: str) -> bytes:
+        """A random secret shared by every process on this database, created on first use.
+
+        >>> store.secret("cursor") == store.secret("cursor")
+        True
+        """
+
+
+class MemoryStore(Protocol):
+    """Memories: insert, read, list, change and delete them."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Within it, this thread's reads share one connection and see one state of the data
+        (writes go their own way). A page and its display fields read together this way."""
+
+    @abc.abstractmethod
+    def insert_memory(self, memory: Memory) -> None: ...
+
+    @abc.abstractmethod
+    def insert_memory_once(
+        self, memory: Memory, principal_id: uuid.UUID, key: str, fingerprint: str, ttl: timedelta
+    ) -> tuple[uuid.UUID, str]:
+        """Insert `memory` unless `(principal_id, key)` was used within `ttl`.
+
+        Returns the memory id and request fingerprint stored under the key: `memory.id` when this
+        call inserted it, the first call's otherwise. Concurrent calls with one key insert once.
+        """
+
+    @abc.abstractmethod
+    def get_memory(self, memory_id: uuid.UUID) -> Memory | None: ...
+
+    @abc.abstractmethod
+    def set_memory_status(
+        self, memory_id: uuid.UUID, status: Status, now: datetime
+    ) -> Memory | None:
+        """Change a memory's status and `updated_at`; the updated memory, or None if gone."""
+
+    @abc.abstractmethod
+    def list_memories(
+        self,
+        query: MemoryQuery,
+        *,
+        limit: int,
+        after: Position | None = None,
+        offset: int = 0,
+    ) -> Sequence[Memory]:
+        """Up to `limit` memories matching `query`, newest first by `(inserted_at, id)`.
+
+        `after` continues strictly after a row (keyset); `offset` skips rows (offset family).
+        """
+
+    @abc.abstractmethod
+    def count_memories(self, query: MemoryQuery) -> int: ...
+
+    @abc.abstractmethod
+    def delete_memory(self, memory_id: uuid.UUID) -> bool:
+        """Delete a memory for good; False if it was not there."""
+
+    @abc.abstractmethod
+    def delete_memories(self, memory_ids: list[uuid.UUID]) -> int:
+        """Delete memories for good; how many were there."""
+
+    @abc.abstractmethod
+    def replace_memories(
+        self, new: list[Memory], superseded: list[uuid.UUID], now: datetime
+    ) -> None:
+        """In one transaction: mark `superseded` (if still active) superseded, insert `new`."""
+
+
+class AccountStore(Protocol):
+    """Organizations, people, agents and their credentials."""
+
+    @abc.abstractmethod
+    def create_organization(self, org: Organization) -> None: ...
+
+    @abc.abstractmethod
+    def get_organization(self, org_id: uuid.UUID) -> Organization | None: ...
+
+    @abc.abstractmethod
+    def create_user(self, user: User) -> None: ...
+
+    @abc.abstractmethod
+    def get_user(self, user_id: uuid.UUID) -> User | None: ...
+
+    @abc.abstractmethod
+    def set_memory_enabled(
+        self, kind: Literal["organization", "user"], entity_id: uuid.UUID, enabled: bool
+    ) -> bool:
+        """Turn memory access on or off; False when no such entity exists."""
+
+    @abc.abstractmethod
+    def create_agent(self, agent: Agent, max_per_owner: int) -> bool:
+        """Create an agent unless its owner already has `max_per_owner`; False then.
+
+        Concurrent calls for one owner count each other (the cap holds under races)."""
+
+    @abc.abstractmethod
+    def get_agent(self, agent_id: uuid.UUID) -> Agent | None: ...
+
+    @abc.abstractmethod
+    def add_api_key(self, key_hash: str, kind: KeyKind, principal_id: uuid.UUID) -> None:
+        """Record the hash of a newly issued key (the key itself is never stored)."""
+
+    @abc.abstractmethod
+    def replace_api_keys(self, kind: KeyKind, principal_id: uuid.UUID, key_hash: str) -> None:
+        """In one transaction: revoke every live key of the principal, record the new one."""
+
+    @abc.abstractmethod
+    def set_tokens_valid_after(self, user_id: uuid.UUID, moment: datetime) -> bool:
+        """Refuse from now on the person's bearer tokens issued at or before `moment`;
+        False when no such person exists."""
+
+    @abc.abstractmethod
+    def agent_by_key(self, key_hash: str) -> AgentContext | None:
+        """The agent whose live agent key hashes to `key_hash`, with owner and organization."""
+
+    @abc.abstractmethod
+    def user_by_key(self, key_hash: str) -> UserContext | None:
+        """The person whose live user key hashes to `key_hash`, with organization."""
+
+    @abc.abstractmethod
+    def user_context(self, user_id: uuid.UUID) -> UserContext | None:
+        """A person and their organization, by id (for JWT callers)."""
+
+    @abc.abstractmethod
+    def agents_of(self, owner_id: uuid.UUID) -> list[Agent]:
+        """The agents a person owns, oldest first."""
+
+    @abc.abstractmethod
+    def delete_agent(self, agent_id: uuid.UUID) -> None:
+        """Revoke the agent's keys, delete its agent-scoped memories and its room seats, keep its
+        other memories with `source_agent_id` null, and delete the agent: one transaction."""
+
+    @abc.abstractmethod
+    def users_by_ids(self, ids: Iterable[uuid.UUID]) -> list[User]: ...
+
+    @abc.abstractmethod
+    def agents_by_ids(self, ids: Iterable[uuid.UUID]) -> list[tuple[Agent, uuid.UUID | None]]:
+        """Agents with their owner's organization id, in one query."""
+
+
+class RoomStore(Protocol):
+    """Chat rooms and who takes part in them."""
+
+    @abc.abstractmethod
+    def create_room(self, room: ChatRoom) -> None:
+        """Create a room with its owner as the `owner` participant."""
+
+    @abc.abstractmethod
+    def get_room(self, room_id: uuid.UUID) -> ChatRoom | None: ...
+
+    @abc.abstractmethod
+    def rooms_by_ids(self, ids: list[uuid.UUID]) -> list[ChatRoom]: ...
+
+    @abc.abstractmethod
+    def rooms_of(self, member_id: uuid.UUID, limit: int, offset: int) -> tuple[list[ChatRoom], int]:
+        """A page of the rooms someone takes part in, newest first, and their total."""
+
+    @abc.abstractmethod
+    def member_rooms(self, member_id: uuid.UUID, room_ids: list[uuid.UUID]) -> set[uuid.UUID]: ...
+
+    @abc.abstractmethod
+    def member_room_ids(self, member_id: uuid.UUID, limit: int) -> list[uuid.UUID]:
+        """Up to `limit` ids of the rooms someone takes part in."""
+
+    @abc.abstractmethod
+    def role_in(self, room_id: uuid.UUID, member_id: uuid.UUID) -> Role | None: ...
+
+    @abc.abstractmethod
+    def add_participant(
+        self, room_id: uuid.UUID, kind: ParticipantType, member_id: uuid.UUID, role: Role
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def remove_participant(self, room_id: uuid.UUID, member_id: uuid.UUID) -> bool: ...
+
+    @abc.abstractmethod
+    def participants(self, room_id: uuid.UUID) -> list[Participant]: ...
+
+
+class TuyaStore(Protocol):
+    """Tuya vendor state: projects, tokens, devices, role bindings, slot-keyed memories and
+    replay digests. Only the Tuya modules of the domain use it."""
+
+    @abc.abstractmethod
+    def create_tuya_project(
+        self, client_id: str, secret: str, organization_id: uuid.UUID
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def tuya_project(self, client_id: str) -> tuple[str, uuid.UUID] | None:
+        """`(client_secret, organization_id)` of a project."""
+
+    @abc.abstractmethod
+    def save_tuya_tokens(
+        self,
+        client_id: str,
+        pair_id: uuid.UUID,
+        tokens: dict[str, tuple[str, datetime]],
+        replaces: uuid.UUID | None = None,
+    ) -> None:
+        """Store an access/refresh pair (as hashes), dropping the pair it replaces."""
+
+    @abc.abstractmethod
+    def tuya_token(self, token_hash: str, kind: str) -> tuple[str, uuid.UUID, datetime] | None: ...
+
+    @abc.abstractmethod
+    def tuya_device(self, device_id: str) -> tuple[uuid.UUID, uuid.UUID] | None: ...
+
+    @abc.abstractmethod
+    def claim_tuya_device(
+        self, device_id: str, organization_id: uuid.UUID
+    ) -> tuple[uuid.UUID, uuid.UUID]:
+        """`(organization_id, subject_id)`: the first organization to write a device owns it."""
+
+    @abc.abstractmethod
+    def bind_tuya_role(
+        self, organization_id: uuid.UUID, role_id: str, agent_id: uuid.UUID
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def tuya_role_agent(self, organization_id: uuid.UUID, role_id: str) -> uuid.UUID | None: ...
+
+    @abc.abstractmethod
+    def put_tuya_memories(self, new: Sequence[tuple[Memory, str]], now: datetime) -> None:
+        """In one transaction, insert each `(memory, slot)` and supersede the active memory of the
+        same subject and slot. One memory per subject and slot is active, always (a unique
+        index); a concurrent writer of the same slot is superseded, never a second active value.
+        Raises `Conflict` if writers of the same slots keep racing."""
+
+    @abc.abstractmethod
+    def delete_tuya_memories(
+        self, subject_id: uuid.UUID, slots: Sequence[str], prefixes: Sequence[str], batch: int
+    ) -> int:
+        """Delete every version (any status) of the subject's memories whose Tuya slot is in
+        `slots` or starts with one of `prefixes`, `batch` rows per transaction, until none is
+        left; how many were deleted."""
+
+    @abc.abstractmethod
+    def remember_tuya_signature(self, digest: str, expires_at: datetime) -> bool:
+        """Record a signed request's digest until `expires_at` (shared by every process on the
+        database; expired digests are dropped); False if the digest was already recorded.
+
+        >>> store.remember_tuya_signature("ab12", soon), store.remember_tuya_signature("ab12", soon)
+        (True, False)
+        """
