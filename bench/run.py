@@ -40,6 +40,7 @@ from mnemos.domain.models import AgentContext
 from mnemos.domain.pagination import CursorCodec
 from mnemos.domain.queries import Filters, MemoryQuery
 from mnemos.domain.search import parse_search
+from mnemos.errors import SearchTooExpensive
 from mnemos.storage import migrate, open_store
 from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import memories
@@ -235,6 +236,8 @@ def floor(store: SqlStore, query: MemoryQuery, repeat: int, after: Any = None) -
     sa.event.listen(engine, "before_cursor_execute", capture)
     try:
         store.list_memories(query, limit=21, after=after)
+    except SearchTooExpensive:
+        pass  # the statement was captured before the budget stopped it: replay it unbounded
     finally:
         sa.event.remove(engine, "before_cursor_execute", capture)
     statement, params = next((s, p) for s, p in captured if s.lstrip().upper().startswith("SELECT"))
