@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime
+from enum import StrEnum
+from operator import attrgetter
+from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,17 +44,8 @@ class MemoryCreate(BaseModel):
     metadata: dict[str, Any] | None = Field(default=None, description=METADATA_RULE)
 
     def draft(self) -> MemoryDraft:
-        return MemoryDraft(
-            content=self.content,
-            thought=self.thought,
-            system=self.system,
-            type=self.type,
-            segment=self.segment,
-            scope=self.scope,
-            subject_id=self.subject_id,
-            chat_room_id=self.chat_room_id,
-            metadata=self.metadata,
-        )
+        """The validated request as the domain's draft: the same fields, by name."""
+        return MemoryDraft(**dict(self))
 
 
 class StoreMemoryRequest(BaseModel):
@@ -132,23 +127,29 @@ def _id(value: uuid.UUID | None) -> str | None:
     return str(value) if value is not None else None
 
 
+def _wire(kind: Any) -> Callable[[Any], Any] | None:
+    """How a value of a `Memory` field's type is written in JSON; None: as it is."""
+    if kind is datetime:
+        return iso
+    if kind is uuid.UUID or kind == uuid.UUID | None:
+        return _id
+    if isinstance(kind, type) and issubclass(kind, StrEnum):
+        return attrgetter("value")
+    return None
+
+
+_MEMORY_TYPES = get_type_hints(Memory)
+# `MemoryOut`'s fields in its order (the wire order), each with its writer: derived once here,
+# so a public field is declared in `MemoryOut` alone.
+_MEMORY_WIRE = tuple((name, _wire(_MEMORY_TYPES[name])) for name in MemoryOut.model_fields)
+_MEMORY_GET = attrgetter(*(name for name, _ in _MEMORY_WIRE))
+
+
 def memory_json(memory: Memory) -> dict[str, Any]:
+    """The one writer of `MemoryOut`: a plain dict that orjson encodes (no model validation)."""
     return {
-        "id": str(memory.id),
-        "content": memory.content,
-        "thought": memory.thought,
-        "system": memory.system.value,
-        "type": memory.type.value,
-        "segment": memory.segment.value,
-        "scope": memory.scope.value,
-        "status": memory.status.value,
-        "subject_id": _id(memory.subject_id),
-        "organization_id": _id(memory.organization_id),
-        "source_agent_id": _id(memory.source_agent_id),
-        "chat_room_id": _id(memory.chat_room_id),
-        "metadata": memory.metadata,
-        "inserted_at": iso(memory.inserted_at),
-        "updated_at": iso(memory.updated_at),
+        name: value if write is None else write(value)
+        for (name, write), value in zip(_MEMORY_WIRE, _MEMORY_GET(memory), strict=True)
     }
 
 
