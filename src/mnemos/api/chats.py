@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mnemos.api.deps import Services, agent_caller, services, user_caller
 from mnemos.api.responses import JSONResponse, data, errors
 from mnemos.api.routing import MnemosRoute
+from mnemos.api.schemas import PageMeta
 from mnemos.domain.ids import iso
 from mnemos.domain.models import AgentContext, ChatRoom, Participant, Role, RoomType, UserContext
 from mnemos.domain.pagination import OffsetPage, offset_meta
@@ -40,7 +41,56 @@ class ParticipantRequest(BaseModel):
     participant: ParticipantIn
 
 
+# --- response shapes: each declared once, written by one function ----------------------------
+
+
+class RoomOut(BaseModel):
+    id: str
+    title: str | None
+    type: str
+    status: str
+    task_id: str | None
+    inserted_at: str
+    updated_at: str
+
+
+class RoomEnvelope(BaseModel):
+    data: RoomOut
+
+
+class RoomList(BaseModel):
+    data: list[RoomOut]
+    meta: PageMeta
+    metadata: PageMeta
+
+
+class ParticipantOut(BaseModel):
+    id: str
+    type: str
+    role: str
+    name: str
+    handle: str
+    description: str | None
+    status: str
+    online: bool
+
+
+class ParticipantEnvelope(BaseModel):
+    data: ParticipantOut
+
+
+class ParticipantListMeta(BaseModel):
+    has_more: bool
+    total_count: int
+
+
+class ParticipantList(BaseModel):
+    data: list[ParticipantOut]
+    metadata: ParticipantListMeta
+
+
 def room_json(room: ChatRoom) -> dict[str, Any]:
+    """The one writer of `RoomOut`."""
     return {
         "id": str(room.id),
         "title": room.title,
@@ -52,7 +102,13 @@ def room_json(room: ChatRoom) -> dict[str, Any]:
     }
 
 
+def room_list_json(rooms: list[ChatRoom], meta: dict[str, Any]) -> dict[str, Any]:
+    """`RoomList`: one page of rooms, its pagination as `meta` and `metadata`."""
+    return {"data": [room_json(r) for r in rooms], "meta": meta, "metadata": meta}
+
+
 def participant_json(p: Participant) -> dict[str, Any]:
+    """The one writer of `ParticipantOut`."""
     return {
         "id": str(p.id),
         "type": p.type.value,
@@ -65,6 +121,12 @@ def participant_json(p: Participant) -> dict[str, Any]:
     }
 
 
+def participant_list_json(found: list[Participant]) -> dict[str, Any]:
+    """`ParticipantList`: every participant of a room."""
+    meta = {"has_more": False, "total_count": len(found)}
+    return {"data": [participant_json(p) for p in found], "metadata": meta}
+
+
 def _routes(
     router: APIRouter, caller: Callable[..., Awaitable[AgentContext | UserContext]]
 ) -> None:
@@ -74,7 +136,11 @@ def _routes(
         return actor_of(ctx)
 
     @router.post(
-        "/chats", status_code=201, responses=errors(401, 422), summary="Create a chat room"
+        "/chats",
+        status_code=201,
+        response_model=RoomEnvelope,
+        responses=errors(401, 422),
+        summary="Create a chat room",
     )
     def create(
         body: ChatCreateRequest, me: Actor = Depends(actor), svc: Services = Depends(services)
@@ -82,7 +148,9 @@ def _routes(
         """Creates a room with the caller as its owner."""
         return data(room_json(svc.rooms.create(me, body.chat.title, body.chat.type)), status=201)
 
-    @router.get("/chats", responses=errors(401, 422), summary="List chat rooms")
+    @router.get(
+        "/chats", response_model=RoomList, responses=errors(401, 422), summary="List chat rooms"
+    )
     def list_rooms(
         page: int = Query(1, ge=1, le=1_000_000),
         page_size: int = Query(20, ge=1, le=100),
@@ -91,28 +159,34 @@ def _routes(
     ) -> JSONResponse:
         """The rooms the caller takes part in, newest first."""
         rooms, total = svc.rooms.page(me, page, page_size)
-        meta = offset_meta(OffsetPage(page, page_size), total)
-        return JSONResponse({"data": [room_json(r) for r in rooms], "meta": meta, "metadata": meta})
+        return JSONResponse(room_list_json(rooms, offset_meta(OffsetPage(page, page_size), total)))
 
-    @router.get("/chats/{id}", responses=errors(401, 404), summary="Get a chat room")
+    @router.get(
+        "/chats/{id}",
+        response_model=RoomEnvelope,
+        responses=errors(401, 404),
+        summary="Get a chat room",
+    )
     def get(id: str, me: Actor = Depends(actor), svc: Services = Depends(services)) -> JSONResponse:
         """A room the caller takes part in."""
         return data(room_json(svc.rooms.get(me, id)))
 
     @router.get(
-        "/chats/{chat_id}/participants", responses=errors(401, 404), summary="List participants"
+        "/chats/{chat_id}/participants",
+        response_model=ParticipantList,
+        responses=errors(401, 404),
+        summary="List participants",
     )
     def participants(
         chat_id: str, me: Actor = Depends(actor), svc: Services = Depends(services)
     ) -> JSONResponse:
         """Who takes part in a room."""
-        found = svc.rooms.participants(me, chat_id)
-        meta = {"has_more": False, "total_count": len(found)}
-        return JSONResponse({"data": [participant_json(p) for p in found], "metadata": meta})
+        return JSONResponse(participant_list_json(svc.rooms.participants(me, chat_id)))
 
     @router.post(
         "/chats/{chat_id}/participants",
         status_code=201,
+        response_model=ParticipantEnvelope,
         responses=errors(401, 403, 404, 409, 422),
         summary="Add a participant",
     )
@@ -128,6 +202,7 @@ def _routes(
 
     @router.delete(
         "/chats/{chat_id}/participants/{id}",
+        response_model=ParticipantEnvelope,
         responses=errors(401, 403, 404),
         summary="Remove a participant",
     )

@@ -1,4 +1,10 @@
-"""Wire shapes of the Band APIs (pydantic models document them in OpenAPI) and translations."""
+"""Wire shapes of the Band APIs and their writers.
+
+Each shape is declared once, as a pydantic model: OpenAPI is generated from it, and the
+routes name it as their `response_model`. The JSON itself is written by one function per
+shape (`..._json`), a plain dict that orjson encodes without validating it against the model:
+`tests/api/test_response_shapes.py` checks each writer against its model, key for key.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mnemos.domain.accounts import IssuedAgent
 from mnemos.domain.ids import iso
 from mnemos.domain.memories import MemoryDraft
 from mnemos.domain.models import Agent, Memory, MemoryType, Scope, Segment, System, User
@@ -305,4 +312,52 @@ def profile_json(user: User) -> dict[str, Any]:
         "organization_id": _id(user.organization_id),
         "listed_in_directory": False,
         "local_credential_required": False,
+    }
+
+
+def my_agent_list_json(agents: list[Agent]) -> dict[str, Any]:
+    """`MyAgentList`: every agent of its owner on one page."""
+    meta = {
+        "available_filters": [],
+        "sortable_fields": [],
+        "has_more": False,
+        "limit": len(agents),
+        "next_cursor": None,
+        "total_count": len(agents),
+    }
+    return {"data": [my_agent_json(agent) for agent in agents], "metadata": meta}
+
+
+def registered_json(issued: IssuedAgent) -> dict[str, Any]:
+    """`RegisteredEnvelopeData`: a new agent and its API key, shown this once."""
+    agent = issued.agent
+    return {
+        "agent": {
+            "id": str(agent.id),
+            "name": agent.name,
+            "description": agent.description,
+            "owner_id": str(agent.owner_id),
+            "inserted_at": iso(agent.inserted_at),
+        },
+        "credentials": credentials_json(issued.api_key),
+    }
+
+
+def credentials_json(api_key: str) -> dict[str, Any]:
+    """`AgentCredentials`."""
+    return {"api_key": api_key}
+
+
+def tokens_revoked_json(valid_after: datetime) -> dict[str, Any]:
+    """`TokensRevoked`."""
+    return {"tokens_valid_after": iso(valid_after)}
+
+
+def deleted_agent_json(agent: Agent) -> dict[str, Any]:
+    """`DeletedAgent`."""
+    return {
+        "id": str(agent.id),
+        "name": agent.name,
+        "description": agent.description,
+        "executions_deleted": 0,
     }
