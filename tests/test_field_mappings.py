@@ -11,8 +11,11 @@ import dataclasses
 import uuid
 from typing import Any
 
+import orjson
+
+from mnemos.api.responses import JSONResponse
 from mnemos.api.schemas import MemoryCreate, MemoryOut, memory_json
-from mnemos.domain.ids import utcnow, uuid7
+from mnemos.domain.ids import iso, utcnow, uuid7
 from mnemos.domain.memories import MemoryDraft
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
 from mnemos.storage.base import Store
@@ -99,3 +102,12 @@ def test_a_memory_reads_back_field_for_field(store: Store) -> None:
     memory = _distinct_memory()
     store.insert_memory(memory)
     assert store.get_memory(memory.id) == memory
+
+
+def test_the_wire_form_of_a_memory() -> None:
+    """Enums as their values, ids as strings, times as UTC ISO 8601 with microseconds."""
+    memory = _distinct_memory()
+    wire = orjson.loads(JSONResponse(memory_json(memory)).body)
+    assert wire["system"] == "working" and wire["status"] == "archived"
+    assert wire["organization_id"] == str(memory.organization_id)
+    assert wire["inserted_at"] == iso(memory.inserted_at)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from enum import StrEnum
 from operator import attrgetter
 from typing import Any, get_type_hints
 
@@ -135,13 +134,12 @@ def _id(value: uuid.UUID | None) -> str | None:
 
 
 def _wire(kind: Any) -> Callable[[Any], Any] | None:
-    """How a value of a `Memory` field's type is written in JSON; None: as it is."""
+    """How a value of a `Memory` field's type is written in JSON; None: as it is (orjson writes
+    a `StrEnum` member as its value, faster than reading `.value` here)."""
     if kind is datetime:
         return iso
     if kind is uuid.UUID or kind == uuid.UUID | None:
         return _id
-    if isinstance(kind, type) and issubclass(kind, StrEnum):
-        return attrgetter("value")
     return None
 
 
