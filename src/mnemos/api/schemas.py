@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from enum import StrEnum
 from operator import attrgetter
 from typing import Any, get_type_hints
 
@@ -133,14 +134,19 @@ def _id(value: uuid.UUID | None) -> str | None:
     return str(value) if value is not None else None
 
 
+# How a `Memory` field's type is written in JSON. Types orjson writes as the wire wants are
+# taken as they are (a `StrEnum` member as its value); any other type fails at import.
+_WRITERS: dict[Any, Callable[[Any], Any]] = {uuid.UUID: _id, uuid.UUID | None: _id, datetime: iso}
+_AS_IS: tuple[Any, ...] = (str, str | None, int, bool, dict[str, Any])
+
+
 def _wire(kind: Any) -> Callable[[Any], Any] | None:
-    """How a value of a `Memory` field's type is written in JSON; None: as it is (orjson writes
-    a `StrEnum` member as its value, faster than reading `.value` here)."""
-    if kind is datetime:
-        return iso
-    if kind is uuid.UUID or kind == uuid.UUID | None:
-        return _id
-    return None
+    """The writer of a field type; None: the value as it is."""
+    if kind in _WRITERS:
+        return _WRITERS[kind]
+    if kind in _AS_IS or (isinstance(kind, type) and issubclass(kind, StrEnum)):
+        return None
+    raise TypeError(f"no JSON form for a memory field of type {kind}: add it to _WRITERS")
 
 
 _MEMORY_TYPES = get_type_hints(Memory)
