@@ -21,13 +21,17 @@ from mnemos.api.schemas import (
     TokensRevokedEnvelope,
     UserMemoryEnvelope,
     UserMemoryList,
+    credentials_json,
+    deleted_agent_json,
     memory_json,
-    my_agent_json,
+    my_agent_list_json,
     profile_json,
+    registered_json,
+    tokens_revoked_json,
 )
 from mnemos.domain import accounts
 from mnemos.domain.human import HumanListParams, HumanView
-from mnemos.domain.ids import iso, parse_uuid, try_uuid
+from mnemos.domain.ids import parse_uuid, try_uuid
 from mnemos.domain.models import Memory, Status, UserContext
 
 router = APIRouter(prefix="/api/v1/me", tags=["Human API"], route_class=MnemosRoute)
@@ -137,16 +141,7 @@ def list_agents(
     ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
 ) -> JSONResponse:
     """The agents you own, oldest first."""
-    mine = svc.store.agents_of(ctx.user.id)
-    meta = {
-        "available_filters": [],
-        "sortable_fields": [],
-        "has_more": False,
-        "limit": len(mine),
-        "next_cursor": None,
-        "total_count": len(mine),
-    }
-    return JSONResponse({"data": [my_agent_json(agent) for agent in mine], "metadata": meta})
+    return JSONResponse(my_agent_list_json(svc.store.agents_of(ctx.user.id)))
 
 
 @router.post(
@@ -170,18 +165,7 @@ def register_agent(
         body.agent.description,
         max_agents=svc.settings.max_agents_per_user,
     )
-    agent = issued.agent
-    payload = {
-        "agent": {
-            "id": str(agent.id),
-            "name": agent.name,
-            "description": agent.description,
-            "owner_id": str(agent.owner_id),
-            "inserted_at": iso(agent.inserted_at),
-        },
-        "credentials": {"api_key": issued.api_key},
-    }
-    return data(payload, status=201)
+    return data(registered_json(issued), status=201)
 
 
 @router.delete(
@@ -195,14 +179,7 @@ def delete_agent(
 ) -> JSONResponse:
     """Revokes the agent's key and deletes its private memories; its other memories stay."""
     agent = accounts.delete_owned_agent(svc.store, ctx.user.id, try_uuid(id))
-    return data(
-        {
-            "id": str(agent.id),
-            "name": agent.name,
-            "description": agent.description,
-            "executions_deleted": 0,
-        }
-    )
+    return data(deleted_agent_json(agent))
 
 
 # Key rotation and token revocation are Mnemos extensions: Band's human API has no such routes
@@ -220,7 +197,7 @@ def rotate_my_key(
 ) -> JSONResponse:
     """A new personal API key, shown only in this answer; your previous key is refused at once.
     Your tokens are not affected (see `/tokens/revoke`)."""
-    return data({"api_key": accounts.rotate_user_key(svc.store, ctx.user.id)})
+    return data(credentials_json(accounts.rotate_user_key(svc.store, ctx.user.id)))
 
 
 @router.post(
@@ -234,7 +211,7 @@ def rotate_agent_key(
 ) -> JSONResponse:
     """A new API key for an agent you own, shown only in this answer; its previous key is
     refused at once and its memories are untouched. 404 for an agent that is not yours."""
-    return data({"api_key": accounts.rotate_agent_key(svc.store, try_uuid(id), ctx.user.id)})
+    return data(credentials_json(accounts.rotate_agent_key(svc.store, try_uuid(id), ctx.user.id)))
 
 
 @router.post(
@@ -248,4 +225,4 @@ def revoke_my_tokens(
 ) -> JSONResponse:
     """Refuses every bearer token issued to you until now (including the one of this request);
     tokens issued afterwards work. Your API key is not affected."""
-    return data({"tokens_valid_after": iso(accounts.revoke_tokens(svc.store, ctx.user.id))})
+    return data(tokens_revoked_json(accounts.revoke_tokens(svc.store, ctx.user.id)))

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mnemos.api.deps import Services, agent_caller, services, user_caller
 from mnemos.api.responses import JSONResponse, data, errors
 from mnemos.api.routing import MnemosRoute
+from mnemos.api.schemas import PageMeta
 from mnemos.domain.ids import iso
 from mnemos.domain.models import AgentContext, ChatRoom, Participant, Role, RoomType, UserContext
 from mnemos.domain.pagination import OffsetPage, offset_meta
@@ -39,7 +40,56 @@ class ParticipantRequest(BaseModel):
     participant: ParticipantIn
 
 
+# --- response shapes: each declared once, written by one function ----------------------------
+
+
+class RoomOut(BaseModel):
+    id: str
+    title: str | None
+    type: str
+    status: str
+    task_id: str | None
+    inserted_at: str
+    updated_at: str
+
+
+class RoomEnvelope(BaseModel):
+    data: RoomOut
+
+
+class RoomList(BaseModel):
+    data: list[RoomOut]
+    meta: PageMeta
+    metadata: PageMeta
+
+
+class ParticipantOut(BaseModel):
+    id: str
+    type: str
+    role: str
+    name: str
+    handle: str
+    description: str | None
+    status: str
+    online: bool
+
+
+class ParticipantEnvelope(BaseModel):
+    data: ParticipantOut
+
+
+class ParticipantListMeta(BaseModel):
+    has_more: bool
+    total_count: int
+
+
+class ParticipantList(BaseModel):
+    data: list[ParticipantOut]
+    metadata: ParticipantListMeta
+
+
 def room_json(room: ChatRoom) -> dict[str, Any]:
+    """The one writer of `RoomOut`."""
     return {
         "id": str(room.id),
         "title": room.title,
@@ -51,7 +101,13 @@ def room_json(room: ChatRoom) -> dict[str, Any]:
     }
 
 
+def room_list_json(rooms: list[ChatRoom], meta: dict[str, Any]) -> dict[str, Any]:
+    """`RoomList`: one page of rooms, its pagination as `meta` and `metadata`."""
+    return {"data": [room_json(r) for r in rooms], "meta": meta, "metadata": meta}
+
+
 def participant_json(p: Participant) -> dict[str, Any]:
+    """The one writer of `ParticipantOut`."""
     return {
         "id": str(p.id),
         "type": p.type.value,
@@ -62,6 +118,12 @@ def participant_json(p: Participant) -> dict[str, Any]:
         "status": "active",
         "online": False,
     }
+
+
+def participant_list_json(found: list[Participant]) -> dict[str, Any]:
+    """`ParticipantList`: every participant of a room."""
+    meta = {"has_more": False, "total_count": len(found)}
+    return {"data": [participant_json(p) for p in found], "metadata": meta}
 
 
 async def _as_agent(request: Request, ctx: AgentContext = Depends(agent_caller)) -> None:
@@ -88,18 +150,36 @@ human_router = APIRouter(
 )
 CREATE: dict[str, Any] = {
     "status_code": 201,
+    "response_model": RoomEnvelope,
     "responses": errors(401, 422),
     "summary": "Create a chat room",
 }
-LIST: dict[str, Any] = {"responses": errors(401, 422), "summary": "List chat rooms"}
-GET: dict[str, Any] = {"responses": errors(401, 404), "summary": "Get a chat room"}
-PARTICIPANTS: dict[str, Any] = {"responses": errors(401, 404), "summary": "List participants"}
+LIST: dict[str, Any] = {
+    "response_model": RoomList,
+    "responses": errors(401, 422),
+    "summary": "List chat rooms",
+}
+GET: dict[str, Any] = {
+    "response_model": RoomEnvelope,
+    "responses": errors(401, 404),
+    "summary": "Get a chat room",
+}
+PARTICIPANTS: dict[str, Any] = {
+    "response_model": ParticipantList,
+    "responses": errors(401, 404),
+    "summary": "List participants",
+}
 ADD: dict[str, Any] = {
     "status_code": 201,
+    "response_model": ParticipantEnvelope,
     "responses": errors(401, 403, 404, 409, 422),
     "summary": "Add a participant",
 }
-REMOVE: dict[str, Any] = {"responses": errors(401, 403, 404), "summary": "Remove a participant"}
+REMOVE: dict[str, Any] = {
+    "response_model": ParticipantEnvelope,
+    "responses": errors(401, 403, 404),
+    "summary": "Remove a participant",
+}
 
 
 @agent_router.post("/api/v1/agent/chats", **CREATE)
@@ -121,8 +201,7 @@ def list_rooms(
 ) -> JSONResponse:
     """The rooms the caller takes part in, newest first."""
     rooms, total = svc.rooms.page(me, page, page_size)
-    meta = offset_meta(OffsetPage(page, page_size), total)
-    return JSONResponse({"data": [room_json(r) for r in rooms], "meta": meta, "metadata": meta})
+    return JSONResponse(room_list_json(rooms, offset_meta(OffsetPage(page, page_size), total)))
 
 
 @agent_router.get("/api/v1/agent/chats/{id}", **GET)
@@ -138,9 +217,7 @@ def participants(
     chat_id: str, me: Actor = Depends(actor), svc: Services = Depends(services)
 ) -> JSONResponse:
     """Who takes part in a room."""
-    found = svc.rooms.participants(me, chat_id)
-    meta = {"has_more": False, "total_count": len(found)}
-    return JSONResponse({"data": [participant_json(p) for p in found], "metadata": meta})
+    return JSONResponse(participant_list_json(svc.rooms.participants(me, chat_id)))
 
 
 @agent_router.post("/api/v1/agent/chats/{chat_id}/participants", **ADD)

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from mnemos.api.middleware import error_body
-from mnemos.errors import MnemosError, RateLimited
+from mnemos.errors import MethodNotAllowed, MnemosError, PayloadTooLarge, RateLimited
 
 log = logging.getLogger("mnemos")
 
@@ -21,9 +21,9 @@ _HTTP_CODES = {
     401: "unauthorized",
     403: "forbidden",
     404: "not_found",
-    405: "method_not_allowed",
+    405: MethodNotAllowed.code,
     406: "not_acceptable",
-    413: "payload_too_large",
+    413: PayloadTooLarge.code,
     415: "unsupported_media_type",
     422: "validation_failed",
 }

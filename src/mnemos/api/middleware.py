@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemos.api.access import RATE_LIMIT_STATE, client_address
 from mnemos.api.tuya import envelope
+from mnemos.errors import PayloadTooLarge
 from mnemos.ratelimit import RateLimiter, Verdict
 
 REQUEST_ID_HEADER = b"x-request-id"
@@ -123,7 +124,7 @@ class BodyLimitMiddleware:
             return
         if body is _Unread.TOO_LARGE:
             message = f"Request body exceeds {self.max_body_bytes} bytes"
-            payload = error_body("payload_too_large", message, request_id_of(scope))
+            payload = error_body(PayloadTooLarge.code, message, request_id_of(scope))
             await send_error(send, 413, payload, [(b"connection", b"close")])
             return
         delivered = False

@@ -1,12 +1,23 @@
-"""Wire shapes of the Band APIs (pydantic models document them in OpenAPI) and translations."""
+"""Wire shapes of the Band APIs and their writers.
+
+Each shape is declared once, as a pydantic model: OpenAPI is generated from it, and the
+routes name it as their `response_model`. The JSON itself is written by one function per
+shape (`..._json`), a plain dict that orjson encodes without validating it against the model:
+`tests/api/test_response_shapes.py` checks each writer against its model, key for key.
+"""
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime
+from enum import StrEnum
+from operator import attrgetter
+from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mnemos.domain.accounts import IssuedAgent
 from mnemos.domain.ids import iso
 from mnemos.domain.memories import MemoryDraft
 from mnemos.domain.models import Agent, Memory, MemoryType, Scope, Segment, System, User
@@ -40,17 +51,8 @@ class MemoryCreate(BaseModel):
     metadata: dict[str, Any] | None = Field(default=None, description=METADATA_RULE)
 
     def draft(self) -> MemoryDraft:
-        return MemoryDraft(
-            content=self.content,
-            thought=self.thought,
-            system=self.system,
-            type=self.type,
-            segment=self.segment,
-            scope=self.scope,
-            subject_id=self.subject_id,
-            chat_room_id=self.chat_room_id,
-            metadata=self.metadata,
-        )
+        """The validated request as the domain's draft: the same fields, by name."""
+        return MemoryDraft(**dict(self))
 
 
 class StoreMemoryRequest(BaseModel):
@@ -132,23 +134,33 @@ def _id(value: uuid.UUID | None) -> str | None:
     return str(value) if value is not None else None
 
 
+# How a `Memory` field's type is written in JSON. Types orjson writes as the wire wants are
+# taken as they are (a `StrEnum` member as its value); any other type fails at import.
+_WRITERS: dict[Any, Callable[[Any], Any]] = {uuid.UUID: _id, uuid.UUID | None: _id, datetime: iso}
+_AS_IS: tuple[Any, ...] = (str, str | None, int, bool, dict[str, Any])
+
+
+def _wire(kind: Any) -> Callable[[Any], Any] | None:
+    """The writer of a field type; None: the value as it is."""
+    if kind in _WRITERS:
+        return _WRITERS[kind]
+    if kind in _AS_IS or (isinstance(kind, type) and issubclass(kind, StrEnum)):
+        return None
+    raise TypeError(f"no JSON form for a memory field of type {kind}: add it to _WRITERS")
+
+
+_MEMORY_TYPES = get_type_hints(Memory)
+# `MemoryOut`'s fields in its order (the wire order), each with its writer: derived once here,
+# so a public field is declared in `MemoryOut` alone.
+_MEMORY_WIRE = tuple((name, _wire(_MEMORY_TYPES[name])) for name in MemoryOut.model_fields)
+_MEMORY_GET = attrgetter(*(name for name, _ in _MEMORY_WIRE))
+
+
 def memory_json(memory: Memory) -> dict[str, Any]:
+    """The one writer of `MemoryOut`: a plain dict that orjson encodes (no model validation)."""
     return {
-        "id": str(memory.id),
-        "content": memory.content,
-        "thought": memory.thought,
-        "system": memory.system.value,
-        "type": memory.type.value,
-        "segment": memory.segment.value,
-        "scope": memory.scope.value,
-        "status": memory.status.value,
-        "subject_id": _id(memory.subject_id),
-        "organization_id": _id(memory.organization_id),
-        "source_agent_id": _id(memory.source_agent_id),
-        "chat_room_id": _id(memory.chat_room_id),
-        "metadata": memory.metadata,
-        "inserted_at": iso(memory.inserted_at),
-        "updated_at": iso(memory.updated_at),
+        name: value if write is None else write(value)
+        for (name, write), value in zip(_MEMORY_WIRE, _MEMORY_GET(memory), strict=True)
     }
 
 
@@ -304,4 +316,52 @@ def profile_json(user: User) -> dict[str, Any]:
         "organization_id": _id(user.organization_id),
         "listed_in_directory": False,
         "local_credential_required": False,
+    }
+
+
+def my_agent_list_json(agents: list[Agent]) -> dict[str, Any]:
+    """`MyAgentList`: every agent of its owner on one page."""
+    meta = {
+        "available_filters": [],
+        "sortable_fields": [],
+        "has_more": False,
+        "limit": len(agents),
+        "next_cursor": None,
+        "total_count": len(agents),
+    }
+    return {"data": [my_agent_json(agent) for agent in agents], "metadata": meta}
+
+
+def registered_json(issued: IssuedAgent) -> dict[str, Any]:
+    """`RegisteredEnvelopeData`: a new agent and its API key, shown this once."""
+    agent = issued.agent
+    return {
+        "agent": {
+            "id": str(agent.id),
+            "name": agent.name,
+            "description": agent.description,
+            "owner_id": str(agent.owner_id),
+            "inserted_at": iso(agent.inserted_at),
+        },
+        "credentials": credentials_json(issued.api_key),
+    }
+
+
+def credentials_json(api_key: str) -> dict[str, Any]:
+    """`AgentCredentials`."""
+    return {"api_key": api_key}
+
+
+def tokens_revoked_json(valid_after: datetime) -> dict[str, Any]:
+    """`TokensRevoked`."""
+    return {"tokens_valid_after": iso(valid_after)}
+
+
+def deleted_agent_json(agent: Agent) -> dict[str, Any]:
+    """`DeletedAgent`."""
+    return {
+        "id": str(agent.id),
+        "name": agent.name,
+        "description": agent.description,
+        "executions_deleted": 0,
     }

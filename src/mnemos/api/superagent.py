@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials
 from pydantic import BaseModel
@@ -12,12 +14,15 @@ from mnemos.api.responses import JSONResponse, errors
 from mnemos.api.routing import MnemosRoute
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.ids import iso
-from mnemos.domain.models import UserContext
+from mnemos.domain.models import Memory, UserContext
 from mnemos.domain.superagent import is_user_memory
 from mnemos.errors import Unauthorized
 
 router = APIRouter(prefix="/api/agents", tags=["Superagent memories"], route_class=MnemosRoute)
 personal_key = APIKeyHeader(name="api_key", auto_error=False, scheme_name="PersonalApiKey")
+
+
+# --- response shapes: each declared once, written by one function ----------------------------
 
 
 class SuperagentMemory(BaseModel):
@@ -28,6 +33,20 @@ class SuperagentMemory(BaseModel):
     conversation_id: str | None
     created_date: str
     updated_date: str
+
+
+def superagent_memory_json(ctx: UserContext, memory: Memory) -> dict[str, Any]:
+    """The one writer of `SuperagentMemory`: `user` when it is about the caller, else `global`."""
+    mine = is_user_memory(ctx, memory)
+    return {
+        "id": str(memory.id),
+        "content": memory.content,
+        "scope": "user" if mine else "global",
+        "user_id": str(ctx.user.id) if mine else None,
+        "conversation_id": str(memory.chat_room_id) if memory.chat_room_id else None,
+        "created_date": iso(memory.inserted_at),
+        "updated_date": iso(memory.updated_at),
+    }
 
 
 def _person(svc: Services, key: str | None, token: str | None) -> UserContext:
@@ -66,20 +85,7 @@ def list_memory(
 ) -> JSONResponse:
     """The agent's global memories and your own user memories: the 200 most recent, newest first."""
     rows = svc.superagent.recent(ctx, agent_id)
-    return JSONResponse(
-        [
-            {
-                "id": str(m.id),
-                "content": m.content,
-                "scope": "user" if is_user_memory(ctx, m) else "global",
-                "user_id": str(ctx.user.id) if is_user_memory(ctx, m) else None,
-                "conversation_id": str(m.chat_room_id) if m.chat_room_id else None,
-                "created_date": iso(m.inserted_at),
-                "updated_date": iso(m.updated_at),
-            }
-            for m in rows
-        ]
-    )
+    return JSONResponse([superagent_memory_json(ctx, m) for m in rows])
 
 
 @router.delete(

@@ -85,6 +85,17 @@ class MemoryDraft:
     metadata: dict[str, Any] | None = None
 
 
+def _new_memory(draft: MemoryDraft, **decided: Any) -> Memory:
+    """A new active memory: every field of the draft as sent, then what the rules `decided`.
+
+    Fields are copied by name, so a field added to the draft and to `Memory` needs nothing here
+    (`tests/test_field_mappings.py` checks that every draft field is a memory field).
+    """
+    now = utcnow()
+    fields = {**draft.__dict__, "metadata": draft.metadata or {}, **decided}
+    return Memory(id=uuid7(), status=Status.ACTIVE, inserted_at=now, updated_at=now, **fields)
+
+
 @dataclass(frozen=True)
 class MemoryPage:
     items: list[Memory]
@@ -184,23 +195,11 @@ class MemoryService:
             and self.store.role_in(draft.chat_room_id, ctx.agent.id) is None
         ):
             raise invalid_field("chat_room_id", "the agent is not a participant of this room")
-        now = utcnow()
-        memory = Memory(
-            id=uuid7(),
-            content=draft.content,
-            thought=draft.thought,
-            system=draft.system,
-            type=draft.type,
-            segment=draft.segment,
+        memory = _new_memory(
+            draft,
             scope=scope,
-            subject_id=draft.subject_id,
             organization_id=None if scope is Scope.AGENT else ctx.organization_id,
             source_agent_id=ctx.agent.id,
-            chat_room_id=draft.chat_room_id,
-            metadata=draft.metadata or {},
-            status=Status.ACTIVE,
-            inserted_at=now,
-            updated_at=now,
         )
         if idempotency_key is None:
             self.store.insert_memory(memory)

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
+from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
 
-from mnemos.domain.models import (
-    Agent,
-    Memory,
-    MemoryType,
-    Organization,
-    Scope,
-    Segment,
-    Status,
-    System,
-    User,
-)
+from mnemos.domain.models import Agent, Memory, Organization, User
 from mnemos.domain.search import index_text
 from mnemos.storage.schema import agents, memories, organizations, users
 
@@ -44,77 +37,48 @@ def read_json(text: str | bytes | memoryview) -> Any:
         return dict(UNREADABLE_JSON)
 
 
-# The columns a memory is read from, in the order `to_memory` unpacks them.
-MEMORY_COLUMNS = [
-    memories.c[name]
-    for name in (
-        "id",
-        "content",
-        "thought",
-        "system",
-        "type",
-        "segment",
-        "scope",
-        "subject_id",
-        "organization_id",
-        "source_agent_id",
-        "chat_room_id",
-        "metadata",
-        "status",
-        "inserted_at",
-        "updated_at",
-    )
-]
-# Enum members by stored value: a dict lookup, where calling the enum class is several times slower.
-_SYSTEMS = {member.value: member for member in System}
-_TYPES = {member.value: member for member in MemoryType}
-_SEGMENTS = {member.value: member for member in Segment}
-_SCOPES = {member.value: member for member in Scope}
-_STATUSES = {member.value: member for member in Status}
+# Every field of `Memory` is the column of the same name, read and written in the dataclass's
+# order; the table's other columns (`pk`, `search_text`, `tuya_slot`) are storage's own.
+MEMORY_FIELDS = tuple(field.name for field in dataclasses.fields(Memory))
+MEMORY_COLUMNS = [memories.c[name] for name in MEMORY_FIELDS]
+_ENUMS: dict[str, type[StrEnum]] = {
+    name: kind
+    for name, kind in typing.get_type_hints(Memory).items()
+    if isinstance(kind, type) and issubclass(kind, StrEnum)
+}
+
+
+def _empty_if_null(value: Any) -> Any:
+    return value or {}
+
+
+# How a stored value becomes a field value, by position in `MEMORY_COLUMNS`; fields not listed
+# are taken as read. Enum members by stored value: a dict lookup, several times faster than
+# calling the enum class.
+_READERS: tuple[tuple[int, Callable[[Any], Any]], ...] = tuple(
+    (index, {member.value: member for member in _ENUMS[name]}.__getitem__)
+    if name in _ENUMS
+    else (index, _empty_if_null)
+    for index, name in enumerate(MEMORY_FIELDS)
+    if name in _ENUMS or name == "metadata"
+)
 
 
 def memory_values(memory: Memory) -> dict[str, Any]:
-    return {
-        "id": memory.id,
-        "content": memory.content,
-        "search_text": index_text(memory.content),
-        "thought": memory.thought,
-        "system": memory.system.value,
-        "type": memory.type.value,
-        "segment": memory.segment.value,
-        "scope": memory.scope.value,
-        "subject_id": memory.subject_id,
-        "organization_id": memory.organization_id,
-        "source_agent_id": memory.source_agent_id,
-        "chat_room_id": memory.chat_room_id,
-        "metadata": memory.metadata,
-        "status": memory.status.value,
-        "inserted_at": memory.inserted_at,
-        "updated_at": memory.updated_at,
-    }
+    """The row of a memory: its fields (enums as their values) and the search index text."""
+    values = {name: getattr(memory, name) for name in MEMORY_FIELDS}
+    for name in _ENUMS:
+        values[name] = values[name].value
+    values["search_text"] = index_text(memory.content)
+    return values
 
 
 def to_memory(row: Sequence[Any]) -> Memory:
     """A memory from a row of `MEMORY_COLUMNS` (the hot path of every list: positional reads)."""
-    (id_, content, thought, system, type_, segment, scope, subject_id, organization_id,
-     source_agent_id, chat_room_id, metadata, status, inserted_at, updated_at) = row  # fmt: skip
-    return Memory(
-        id=id_,
-        content=content,
-        thought=thought,
-        system=_SYSTEMS[system],
-        type=_TYPES[type_],
-        segment=_SEGMENTS[segment],
-        scope=_SCOPES[scope],
-        subject_id=subject_id,
-        organization_id=organization_id,
-        source_agent_id=source_agent_id,
-        chat_room_id=chat_room_id,
-        metadata=metadata or {},
-        status=_STATUSES[status],
-        inserted_at=inserted_at,
-        updated_at=updated_at,
-    )
+    values = list(row)
+    for index, read in _READERS:
+        values[index] = read(values[index])
+    return Memory(*values)
 
 
 def to_org(row: sa.Row[Any], prefix: str = "") -> Organization:
