@@ -83,3 +83,13 @@ def test_postgresql_plans_every_search_with_its_words(store: Store) -> None:
             ]
     assert len(prepared) == 2  # one per search text
     assert all("harbor:*" in text or "marigold:*" in text for text in prepared)
+
+
+def test_every_filter_has_its_sql() -> None:
+    """A new field of `Filters` fails here until `storage/sql.py` says how it narrows a list."""
+    from dataclasses import fields
+
+    from mnemos.domain.queries import Filters
+    from mnemos.storage.sql import FILTER_SQL
+
+    assert list(FILTER_SQL) == [field.name for field in fields(Filters)]

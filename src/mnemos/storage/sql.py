@@ -9,7 +9,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,7 +19,7 @@ from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import Memory, Status
 from mnemos.domain.pagination import Position
-from mnemos.domain.queries import Audience, MemoryQuery
+from mnemos.domain.queries import Audience, Filters, MemoryQuery
 from mnemos.errors import Conflict
 from mnemos.storage.base import Store
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
@@ -203,10 +205,10 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         ]
         if audience.without_subject:
             conditions.append(M.subject_id.is_(None))
-        conditions += [
-            _FILTER_SQL[name](sa.bindparam(f"f_{name}", expanding=name == "statuses"))
-            for name, _ in _filter_values(query)
-        ]
+        for name, _ in _filter_values(query):
+            entry = FILTER_SQL[name]
+            assert entry is not None
+            conditions.append(entry.condition(sa.bindparam(f"f_{name}", expanding=entry.expanding)))
         if query.search is not None:
             conditions.append(self._search_clause(sa.bindparam(f"a{index}_search")))
         if after:
@@ -281,23 +283,43 @@ _AUDIENCE_SQL: dict[str, Callable[[Any], sa.ColumnElement[bool]]] = {
 }
 
 
-def _filter_values(query: MemoryQuery) -> list[tuple[str, Any]]:
-    """The narrowing filters a query sets, in a fixed order, as bound values."""
-    statuses = (
-        [("statuses", _values_of(query.statuses))] if len(query.statuses) < len(Status) else []
-    )
-    taxonomy = _present(query, ("system", "type", "segment"), lambda member: member.value)
-    ids = _present(query, ("subject_id", "source_agent_id", "chat_room_id", "memory_id"))
-    return statuses + taxonomy + ids
+@dataclass(frozen=True)
+class FilterSql:
+    """How one field of `Filters` narrows a list: its condition on a bound parameter, what to
+    bind for a value, and which values leave it unset (beyond None)."""
+
+    condition: Callable[[Any], sa.ColumnElement[bool]]
+    bind: Callable[[Any], Any] = lambda value: value.value if isinstance(value, Enum) else value
+    unset: Callable[[Any], bool] = lambda _value: False
+    expanding: bool = False
 
 
-_FILTER_SQL: dict[str, Callable[[Any], sa.ColumnElement[bool]]] = {
-    "statuses": M.status.in_,
-    "system": lambda p: M.system == p,
-    "type": lambda p: M.type == p,
-    "segment": lambda p: M.segment == p,
-    "subject_id": lambda p: M.subject_id == p,
-    "source_agent_id": lambda p: M.source_agent_id == p,
-    "chat_room_id": lambda p: M.chat_room_id == p,
-    "memory_id": lambda p: M.id == p,
+# One entry per field of `Filters` (a test checks it), in the order of its fields. `search` is
+# None here: the backend's full-text hook matches it, per audience.
+FILTER_SQL: dict[str, FilterSql | None] = {
+    "statuses": FilterSql(
+        M.status.in_, _values_of, unset=lambda value: len(value) >= len(Status), expanding=True
+    ),
+    "system": FilterSql(lambda p: M.system == p),
+    "type": FilterSql(lambda p: M.type == p),
+    "segment": FilterSql(lambda p: M.segment == p),
+    "subject_id": FilterSql(lambda p: M.subject_id == p),
+    "source_agent_id": FilterSql(lambda p: M.source_agent_id == p),
+    "chat_room_id": FilterSql(lambda p: M.chat_room_id == p),
+    "memory_id": FilterSql(lambda p: M.id == p),
+    "search": None,
 }
+
+
+def _filter_values(query: MemoryQuery) -> list[tuple[str, Any]]:
+    """The narrowing filters a query sets, in the order of `Filters`' fields, as bound values."""
+    values = []
+    for field in FILTER_FIELDS:
+        entry = FILTER_SQL[field]
+        value = getattr(query, field)
+        if entry is not None and value is not None and not entry.unset(value):
+            values.append((field, entry.bind(value)))
+    return values
+
+
+FILTER_FIELDS = tuple(field.name for field in fields(Filters))
