@@ -35,7 +35,8 @@ from mnemos.domain.pagination import (
     cursor_meta,
     offset_meta,
 )
-from mnemos.domain.queries import Filters, MemoryQuery
+from mnemos.domain.queries import Filters, MemoryQuery, Order
+from mnemos.domain.search import Ranked, Ranker
 from mnemos.domain.values import check_metadata, check_text
 from mnemos.domain.visibility import (
     admitted,
@@ -99,6 +100,12 @@ class MemoryPage:
 
 
 @dataclass(frozen=True)
+class RankedPage:
+    items: list[Ranked]
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class AgentListParams:
     memory_scope: str = "me"
     scope: str | None = None
@@ -110,6 +117,7 @@ class MemoryService:
 
     def __init__(self, store: Store, codec: CursorCodec, *, max_content_chars: int = 10_000):
         self.store = store
+        self.ranker: Ranker = store  # full-text relevance; semantic search brings its own
         self.codec = codec
         self.max_content_chars = max_content_chars
 
@@ -134,6 +142,16 @@ class MemoryService:
             last = items[-1]
             next_cursor = self.codec.encode(Position(last.inserted_at, last.id))
         return MemoryPage(items, cursor_meta(request, next_cursor), deprecated=False)
+
+    def ranked_page(self, query: MemoryQuery, limit: int, cursor: str | None) -> RankedPage:
+        """One page of a relevance-ordered query, best first, continued by a `(score, id)`
+        cursor (`cursor`, from the previous page's `next_cursor`)."""
+        after = self.codec.decode_rank(cursor) if cursor is not None else None
+        rows = list(self.ranker.rank_memories(query, limit=limit + 1, after=after))
+        items = rows[:limit]
+        next_cursor = self.codec.encode_rank(items[-1].position) if len(rows) > limit else None
+        meta = {"has_more": next_cursor is not None, "limit": limit, "next_cursor": next_cursor}
+        return RankedPage(items, meta)
 
     def validate_draft(self, draft: MemoryDraft) -> None:
         check_text(draft.content, "content")
@@ -226,6 +244,21 @@ class MemoryService:
     ) -> MemoryPage:
         require_memory_plan(ctx.owner, ctx.organization)
         return self.page(self.agent_query(ctx, params, filters), request)
+
+    def search_as_agent(
+        self,
+        ctx: AgentContext,
+        params: AgentListParams,
+        filters: Filters,
+        limit: int,
+        cursor: str | None = None,
+    ) -> RankedPage:
+        """The agent list of `params` and `filters`, ranked by relevance to `filters.search`."""
+        require_memory_plan(ctx.owner, ctx.organization)
+        if filters.search is None:
+            raise invalid_field("content_query", "is required to rank by relevance")
+        query = replace(self.agent_query(ctx, params, filters), order=Order.RELEVANCE)
+        return self.ranked_page(query, limit, cursor)
 
     @staticmethod
     def agent_can_read(ctx: AgentContext, memory: Memory) -> bool:

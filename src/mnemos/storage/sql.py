@@ -18,8 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import Memory, Status
-from mnemos.domain.pagination import Position
-from mnemos.domain.queries import Audience, Filters, MemoryQuery
+from mnemos.domain.pagination import Position, RankPosition
+from mnemos.domain.queries import Audience, Filters, MemoryQuery, Order
+from mnemos.domain.search import Ranked
 from mnemos.errors import Conflict
 from mnemos.storage.base import Store
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
@@ -148,11 +149,64 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         after: Position | None = None,
         offset: int = 0,
     ) -> Sequence[Memory]:
+        if query.order is not Order.NEWEST:
+            raise ValueError("list_memories is newest first: rank_memories ranks")
         if not query.audiences:
             return []
         statement, params = self.list_statement(query, limit=limit, after=after, offset=offset)
         with self._read() as conn, self._bounded(conn, query):
             return [to_memory(row) for row in conn.execute(statement, params)]
+
+    def rank_memories(
+        self, query: MemoryQuery, *, limit: int, after: RankPosition | None = None
+    ) -> Sequence[Ranked]:
+        if query.search is None or query.order is not Order.RELEVANCE:
+            raise ValueError("rank_memories needs a search in relevance order")
+        if not query.audiences:
+            return []
+        params = self._list_params(query, None)
+        shape = (*self._shape("rank", query, params), after is not None)
+        params["limit"] = limit
+        if after is not None:
+            params["after_score"] = after.score
+            params["after_id"] = after.id
+        statement = self._statements.get(shape)
+        if statement is None:
+            statement = self._ranked_statement(query, after is not None)
+            self._remember(shape, statement)
+        with self._read() as conn, self._bounded(conn, query):
+            rows = conn.execute(statement, params)
+            return [Ranked(to_memory(row[1:]), float(row[0])) for row in rows]
+
+    def _ranked_statement(self, query: MemoryQuery, after: bool) -> sa.Select[Any]:
+        """`(score, *MEMORY_COLUMNS)` of the best matches: each audience's matches scored, a
+        memory in several audiences counted once, ordered by `(score, id)` descending."""
+        branches = []
+        for index in range(len(query.audiences)):
+            source, match, score = self._search_rank(sa.bindparam(f"a{index}_search"))
+            branches.append(
+                sa.select(M.id.label("id"), sa.cast(score, sa.Float()).label("score"))
+                .select_from(source)
+                .where(match, *self._branch_conditions(query, index, after=False, search=False))
+            )
+        scored = sa.union_all(*branches).subquery("scored")
+        best = (
+            sa.select(scored.c.id, sa.func.max(scored.c.score).label("score"))
+            .group_by(scored.c.id)
+            .subquery("ranked")
+        )
+        statement = sa.select(best.c.score, *MEMORY_COLUMNS).join(best, best.c.id == M.id)
+        if after:
+            at = sa.bindparam("after_score", type_=sa.Float())
+            statement = statement.where(
+                sa.or_(
+                    best.c.score < at,
+                    sa.and_(best.c.score == at, M.id < sa.bindparam("after_id", type_=sa.Uuid())),
+                )
+            )
+        return statement.order_by(best.c.score.desc(), M.id.desc()).limit(
+            sa.bindparam("limit", type_=sa.Integer())
+        )
 
     def count_memories(self, query: MemoryQuery) -> int:
         if not query.audiences:
@@ -195,9 +249,10 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         return params
 
     def _branch_conditions(
-        self, query: MemoryQuery, index: int, after: bool
+        self, query: MemoryQuery, index: int, after: bool, search: bool = True
     ) -> list[sa.ColumnElement[bool]]:
-        """Audience `index` of the query, its filters, its search and the keyset position."""
+        """Audience `index` of the query, its filters, its search (unless `search` is False: a
+        ranked branch matches it in its own FROM) and the keyset position."""
         audience = query.audiences[index]
         conditions = [
             _AUDIENCE_SQL[name](sa.bindparam(f"a{index}_{name}", expanding=name == "scopes"))
@@ -209,7 +264,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
             entry = FILTER_SQL[name]
             assert entry is not None
             conditions.append(entry.condition(sa.bindparam(f"f_{name}", expanding=entry.expanding)))
-        if query.search is not None:
+        if search and query.search is not None:
             conditions.append(self._search_clause(sa.bindparam(f"a{index}_search")))
         if after:
             conditions.append(
