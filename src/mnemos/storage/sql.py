@@ -1,17 +1,17 @@
 """The SQL implementation of `Store`, shared by SQLite and PostgreSQL.
 
-Backends differ only in how they open connections (`_read`, `_write`), how they match a full-text
-query (`_search_clause`) and how they insert-or-ignore (`_insert_ignore`): see `sql_base.py`.
+Backends differ only in how they open connections (`_read`, `_write`), how they match and rank a
+full-text query (`_search_clause`, `_search_rank`) and how they insert-or-ignore
+(`_insert_ignore`): see `sql_base.py`. What each audience field and filter means in SQL is in
+`sql_conditions.py`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,13 +19,20 @@ from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import Memory, Status
 from mnemos.domain.pagination import Position, RankPosition
-from mnemos.domain.queries import Audience, Filters, MemoryQuery, Order
+from mnemos.domain.queries import MemoryQuery, Order
 from mnemos.domain.search import Ranked
 from mnemos.errors import Conflict
 from mnemos.storage.base import Store
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
-from mnemos.storage.schema import UTCDateTime, agents, chat_participants, idempotency_keys, memories
+from mnemos.storage.schema import UTCDateTime, idempotency_keys, memories
 from mnemos.storage.sql_accounts import AccountsSql
+from mnemos.storage.sql_conditions import (
+    AUDIENCE_SQL,
+    FILTER_SQL,
+    FieldSql,
+    audience_values,
+    filter_values,
+)
 from mnemos.storage.sql_rooms import RoomsSql
 from mnemos.storage.sql_tuya import TuyaSql
 
@@ -237,9 +244,9 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         return (kind, tuple(params), tuple(a.without_subject for a in query.audiences))
 
     def _list_params(self, query: MemoryQuery, after: Position | None) -> dict[str, Any]:
-        params = {f"f_{name}": value for name, value in _filter_values(query)}
+        params = {f"f_{name}": value for name, value in filter_values(query)}
         for i, audience in enumerate(query.audiences):
-            for name, value in _audience_values(audience):
+            for name, value in audience_values(audience):
                 params[f"a{i}_{name}"] = value
             if query.search is not None:
                 params[f"a{i}_search"] = self._search_value(query.search, audience)
@@ -255,15 +262,14 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         ranked branch matches it in its own FROM) and the keyset position."""
         audience = query.audiences[index]
         conditions = [
-            _AUDIENCE_SQL[name](sa.bindparam(f"a{index}_{name}", expanding=name == "scopes"))
-            for name, _ in _audience_values(audience)
+            _condition(AUDIENCE_SQL, name, f"a{index}_{name}")
+            for name, _ in audience_values(audience)
         ]
         if audience.without_subject:
             conditions.append(M.subject_id.is_(None))
-        for name, _ in _filter_values(query):
-            entry = FILTER_SQL[name]
-            assert entry is not None
-            conditions.append(entry.condition(sa.bindparam(f"f_{name}", expanding=entry.expanding)))
+        conditions += [
+            _condition(FILTER_SQL, name, f"f_{name}") for name, _ in filter_values(query)
+        ]
         if search and query.search is not None:
             conditions.append(self._search_clause(sa.bindparam(f"a{index}_search")))
         if after:
@@ -299,82 +305,8 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
 MAX_CACHED_STATEMENTS = 512
 
 
-def _present(
-    source: object, names: tuple[str, ...], bind: Callable[[Any], Any] = lambda value: value
-) -> list[tuple[str, Any]]:
-    """`(name, bound value)` for each of `names` that `source` sets, in the order given."""
-    return [(name, bind(value)) for name in names if (value := getattr(source, name)) is not None]
-
-
-def _values_of(members: Any) -> list[str]:
-    return [member.value for member in members]
-
-
-def _audience_values(audience: Audience) -> list[tuple[str, Any]]:
-    """The fields an audience pins, in a fixed order, as bound values."""
-    ids = (
-        "source_agent_id",
-        "organization_id",
-        "subject_id",
-        "room_member_user_id",
-        "source_agent_owner_id",
-        "chat_room_id",
-    )
-    return _present(audience, ("scopes",), _values_of) + _present(audience, ids)
-
-
-_AUDIENCE_SQL: dict[str, Callable[[Any], sa.ColumnElement[bool]]] = {
-    "scopes": M.scope.in_,
-    "source_agent_id": lambda p: M.source_agent_id == p,
-    "organization_id": lambda p: M.organization_id == p,
-    "subject_id": lambda p: M.subject_id == p,
-    "room_member_user_id": lambda p: M.chat_room_id.in_(
-        sa.select(chat_participants.c.chat_room_id).where(chat_participants.c.participant_id == p)
-    ),
-    "source_agent_owner_id": lambda p: M.source_agent_id.in_(
-        sa.select(agents.c.id).where(agents.c.owner_id == p)
-    ),
-    "chat_room_id": lambda p: M.chat_room_id == p,
-}
-
-
-@dataclass(frozen=True)
-class FilterSql:
-    """How one field of `Filters` narrows a list: its condition on a bound parameter, what to
-    bind for a value, and which values leave it unset (beyond None)."""
-
-    condition: Callable[[Any], sa.ColumnElement[bool]]
-    bind: Callable[[Any], Any] = lambda value: value.value if isinstance(value, Enum) else value
-    unset: Callable[[Any], bool] = lambda _value: False
-    expanding: bool = False
-
-
-# One entry per field of `Filters` (a test checks it), in the order of its fields. `search` is
-# None here: the backend's full-text hook matches it, per audience.
-FILTER_SQL: dict[str, FilterSql | None] = {
-    "statuses": FilterSql(
-        M.status.in_, _values_of, unset=lambda value: len(value) >= len(Status), expanding=True
-    ),
-    "system": FilterSql(lambda p: M.system == p),
-    "type": FilterSql(lambda p: M.type == p),
-    "segment": FilterSql(lambda p: M.segment == p),
-    "subject_id": FilterSql(lambda p: M.subject_id == p),
-    "source_agent_id": FilterSql(lambda p: M.source_agent_id == p),
-    "chat_room_id": FilterSql(lambda p: M.chat_room_id == p),
-    "memory_id": FilterSql(lambda p: M.id == p),
-    "search": None,
-}
-
-
-def _filter_values(query: MemoryQuery) -> list[tuple[str, Any]]:
-    """The narrowing filters a query sets, in the order of `Filters`' fields, as bound values."""
-    values = []
-    for field in FILTER_FIELDS:
-        entry = FILTER_SQL[field]
-        value = getattr(query, field)
-        if entry is not None and value is not None and not entry.unset(value):
-            values.append((field, entry.bind(value)))
-    return values
-
-
-FILTER_FIELDS = tuple(field.name for field in fields(Filters))
+def _condition(table: dict[str, FieldSql | None], name: str, key: str) -> sa.ColumnElement[bool]:
+    """Field `name`'s condition on the parameter bound as `key`."""
+    entry = table[name]
+    assert entry is not None  # only fields with SQL are ever bound
+    return entry.condition(sa.bindparam(key, expanding=entry.expanding))
