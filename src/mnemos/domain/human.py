@@ -5,7 +5,7 @@ changes. What a person may see and change is `visibility.human_audiences` and `h
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from mnemos.domain.ids import try_uuid, utcnow
@@ -45,10 +45,11 @@ class HumanMemoryService:
         self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
     ) -> MemoryPage:
         require_memory_plan(ctx.user, ctx.organization)
-        narrowed = replace(
-            filters, chat_room_id=params.chat_room_id, source_agent_id=params.source_agent_id
+        query = filters.within(
+            human_audiences(ctx, params.scope, self.reach(ctx)),
+            chat_room_id=params.chat_room_id,
+            source_agent_id=params.source_agent_id,
         )
-        query = narrowed.within(human_audiences(ctx, params.scope, self.reach(ctx)))
         return self.memories.page(query, request)
 
     def page_with_display(

@@ -1,4 +1,4 @@
-"""Storing, listing, reading and changing memories: every visibility rule lives here.
+"""Storing, listing, reading and changing memories; who may see what is `visibility.py`'s.
 
 Routes of every API family call these functions with an authenticated context and parsed
 input; they return domain objects or raise `MnemosError`s.
@@ -237,7 +237,7 @@ class MemoryService:
         audiences, subject_id = agent_list(
             ctx, params.memory_scope, params.scope, params.subject_id
         )
-        return replace(filters, subject_id=subject_id).within(audiences)
+        return filters.within(audiences, subject_id=subject_id)
 
     def list_as_agent(
         self, ctx: AgentContext, params: AgentListParams, filters: Filters, request: PageRequest

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, fields
 from enum import StrEnum
+from typing import Any
 
 from mnemos.domain.models import MemoryType, Scope, Segment, Status, System, parse_enum
 from mnemos.domain.search import SearchQuery
@@ -57,9 +58,12 @@ class Filters:
     memory_id: uuid.UUID | None = None
     search: SearchQuery | None = None  # matched by the backend's full-text hook, not FILTER_SQL
 
-    def within(self, audiences: tuple[Audience, ...], order: Order | None = None) -> MemoryQuery:
-        """These filters over what `audiences` may see."""
-        values = {f.name: getattr(self, f.name) for f in fields(Filters)}
+    def within(
+        self, audiences: tuple[Audience, ...], order: Order | None = None, **replaced: Any
+    ) -> MemoryQuery:
+        """These filters, with `replaced` fields changed, over what `audiences` may see."""
+        values = {name: getattr(self, name) for name in FILTER_NAMES}
+        values.update(replaced)
         return MemoryQuery(audiences=audiences, order=order or Order.NEWEST, **values)
 
 
@@ -84,6 +88,7 @@ class MemoryQuery(Filters):
 
 
 ALL_STATUSES = tuple(Status)
+FILTER_NAMES = tuple(field.name for field in fields(Filters))
 
 
 def status_filter(value: str | None) -> tuple[Status, ...]:

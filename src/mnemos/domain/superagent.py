@@ -3,7 +3,8 @@
 `global` memories are the agent's memories with no subject that the person may see under the
 human rules (its organization memories in the person's organization, and its private memories
 when the person owns it); `user` memories are the agent's subject memories about the person.
-Only a person who owns the agent or shares its organization may ask.
+Only a person who owns the agent or shares its organization may ask. The rules themselves are
+`visibility.superagent_audiences` and `people.sees_agent`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from mnemos.domain.models import Status
-from mnemos.domain.queries import Audience, Filters, MemoryQuery
+from mnemos.domain.queries import FILTER_NAMES, Audience, MemoryQuery
 from mnemos.storage.schema import agents, chat_participants, memories
 
 M = memories.c
@@ -93,9 +93,6 @@ FILTER_SQL: dict[str, FieldSql | None] = {
 }
 
 
-FILTER_FIELDS = tuple(field.name for field in fields(Filters))
-
-
 def filter_values(query: MemoryQuery) -> list[tuple[str, Any]]:
     """The narrowing filters a query sets, in the order of `Filters`' fields, as bound values."""
-    return _set_fields(query, FILTER_SQL, FILTER_FIELDS)
+    return _set_fields(query, FILTER_SQL, FILTER_NAMES)
