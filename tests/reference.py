@@ -1,7 +1,12 @@
 """A reference model of docs/design.md's visibility rules, written apart from `mnemos.domain`.
 
 Tests compare what the server answers with what this model says; a rule broken in the domain
-shows up as a difference. Keep this file close to docs/design.md's wording, not to the code.
+shows up as a difference. Keep this file close to docs/design.md's wording, not to the code. Its
+questions are the ones `mnemos.domain.visibility` answers, one method each, so a new rule there
+has an obvious place here: `agent_reads`/`agent_may_change`/`agent_list` (`agent_reads`,
+`agent_changes`, `agent_list`), `human_sees`/`human_may_change` (`human_audiences`,
+`human_changes`), `reaches`/`superagent_view` (`sees_agent`, `superagent_audiences`),
+`tuya_groups` (`device_audiences`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ class Model:
         org = self.org_of[agent]
         shared = org is not None and m.org == org and m.scope in ("organization", "subject")
         return m.source == agent or shared
+
+    def agent_may_change(self, agent: str, m: M) -> bool:
+        return m.source == agent
 
     def agent_list(
         self, agent: str, memory_scope: str, scope: str | None, subject: str | None

@@ -221,7 +221,11 @@ class Worlds(RuleBasedStateMachine):
         if m is None or agent not in self.model.owner:
             return
         response = self.client.post(f"{AGENT}/{m.id}/{action}", headers=self._headers(agent))
-        want = 404 if not self.model.agent_reads(agent, m) else (200 if m.source == agent else 403)
+        want = (
+            404
+            if not self.model.agent_reads(agent, m)
+            else (200 if self.model.agent_may_change(agent, m) else 403)
+        )
         assert response.status_code == want, (response.text, m)
         if want == 200:
             m.status = "superseded" if action == "supersede" else "archived"

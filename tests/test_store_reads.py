@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import fields
 from datetime import UTC, datetime
 
 import pytest
 
 from mnemos.domain.models import Scope, Status, System
 from mnemos.domain.pagination import Position
-from mnemos.domain.queries import Audience, MemoryQuery
+from mnemos.domain.queries import Audience, Filters, MemoryQuery
 from mnemos.domain.search import parse_search
 from mnemos.storage.base import Store
 from mnemos.storage.sql import SqlStore
+from mnemos.storage.sql_conditions import AUDIENCE_SQL, FILTER_SQL
 from tests.domain.test_rules import memory
 
 
@@ -83,3 +85,10 @@ def test_postgresql_plans_every_search_with_its_words(store: Store) -> None:
             ]
     assert len(prepared) == 2  # one per search text
     assert all("harbor:*" in text or "marigold:*" in text for text in prepared)
+
+
+def test_every_filter_has_its_sql() -> None:
+    """A new field of `Filters` or `Audience` fails here until `storage/sql_conditions.py`
+    says how it narrows a list."""
+    assert list(FILTER_SQL) == [field.name for field in fields(Filters)]
+    assert list(AUDIENCE_SQL) == [field.name for field in fields(Audience)]

@@ -12,6 +12,11 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from mnemos.domain.accounts import hash_key
+from mnemos.domain.memories import AgentListParams, MemoryService
+from mnemos.domain.pagination import CursorCodec
+from mnemos.domain.queries import ALL_STATUSES, Filters
+from mnemos.domain.search import parse_search
 from tests.api.test_band_human import room
 from tests.reference import M, Model
 from tests.world import Actor, World, memory_body
@@ -184,7 +189,7 @@ def test_every_actor_sees_exactly_what_design_says(client: TestClient, world: Wo
             want = (
                 404
                 if not model.agent_reads(agent.id, m)
-                else (200 if m.source == agent.id else 403)
+                else (200 if model.agent_may_change(agent.id, m) else 403)
             )
             got = client.post(f"{AGENT}/{m.id}/archive", headers=agent.headers).status_code
             if got != want:
@@ -200,3 +205,29 @@ def test_every_actor_sees_exactly_what_design_says(client: TestClient, world: Wo
                 differences.append(f"human supersede {m.id} by {person.id}: {got} != {want}")
     assert differences == []
     assert len(model.memories) > 100
+
+
+def test_ranked_search_sees_what_the_list_sees(client: TestClient, world: World) -> None:
+    """Relevance order ranks the same memories the newest-first list returns (every memory's
+    content holds the word "by"), across pages of its `(score, id)` cursor."""
+    _, agents, model = build(client, world)
+    service = MemoryService(world.store, CursorCodec(b"k" * 32))
+    every = Filters(statuses=ALL_STATUSES, search=parse_search("by", 100))
+    for agent in agents:
+        ctx = world.store.agent_by_key(hash_key(agent.api_key))
+        assert ctx is not None
+        lists = [("me", None), ("me", "agent")]
+        if agent.organization_id:
+            lists += [("org", None), ("org", "all")]
+        for memory_scope, scope in lists:
+            params = AgentListParams(memory_scope=memory_scope, scope=scope)
+            ids: list[str] = []
+            cursor = None
+            while True:
+                page = service.search_as_agent(ctx, params, every, 7, cursor)
+                ids += [str(ranked.memory.id) for ranked in page.items]
+                cursor = page.meta["next_cursor"]
+                if cursor is None:
+                    break
+            assert len(ids) == len(set(ids))
+            assert set(ids) == model.agent_list(agent.id, memory_scope, scope, None)

@@ -21,7 +21,7 @@ from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Agent, Organization, User
 from mnemos.domain.ports import AccountStore, KeyKind, Secrets
 from mnemos.domain.values import check_optional_text, check_text
-from mnemos.errors import AgentLimitReached, NotFound, PlanRequired, Unauthorized, invalid_field
+from mnemos.errors import AgentLimitReached, NotFound, Unauthorized, invalid_field
 
 KEY_PREFIXES: dict[KeyKind, str] = {"agent": "mn_agent_", "user": "mn_user_"}
 JWT_ISSUER = "mnemos"
@@ -45,12 +45,6 @@ def new_key(kind: KeyKind) -> str:
 
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "x"
-
-
-def require_memory_plan(user: User, organization: Organization | None) -> None:
-    """Memory access needs the person's plan, and their organization's if they have one."""
-    if not user.memory_enabled or (organization is not None and not organization.memory_enabled):
-        raise PlanRequired()
 
 
 @dataclass(frozen=True)

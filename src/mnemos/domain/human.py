@@ -1,9 +1,5 @@
-"""What people see of agents' memories, and what they may change (docs/design.md, "Human API").
-
-A person sees (a) subject memories about them, (b) organization memories of their organization,
-(c) memories made in rooms they take part in by agents of their organization, except the
-agent-scoped ones of agents they don't own, and (d) the agent-scoped memories of their agents.
-They may delete, supersede, archive and restore (a) and (d).
+"""The human API's memory calls (docs/design.md, "Human API"): lists with display fields, gets and
+changes. What a person may see and change is `visibility.human_audiences` and `human_changes`.
 """
 
 from __future__ import annotations
@@ -12,14 +8,21 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from mnemos.domain.accounts import require_memory_plan
 from mnemos.domain.ids import try_uuid, utcnow
 from mnemos.domain.memories import MemoryPage, MemoryService
-from mnemos.domain.models import Memory, Scope, Status, UserContext
+from mnemos.domain.models import Memory, Status, UserContext
 from mnemos.domain.pagination import PageRequest
 from mnemos.domain.people import actor_of, sees_agent, sees_user
 from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
-from mnemos.domain.queries import Audience, Filters, MemoryQuery
+from mnemos.domain.queries import Filters
+from mnemos.domain.visibility import (
+    MAX_BRANCHES,
+    Reach,
+    human_audiences,
+    human_changes,
+    require_memory_plan,
+    shows,
+)
 from mnemos.errors import Forbidden, MemoryNotArchived, NotFound
 
 HumanView = Literal["about_me", "organization", "room", "all"]
@@ -31,50 +34,6 @@ class HumanListParams:
     scope: HumanView = "all"
     chat_room_id: uuid.UUID | None = None
     source_agent_id: uuid.UUID | None = None
-
-
-# Up to this many rooms or agents, each gets its own newest-first index walk; past it, one
-# branch matches them all through a subquery.
-MAX_BRANCHES = 64
-
-
-@dataclass(frozen=True)
-class Reach:
-    """The rooms a person takes part in and the agents they own, when known in advance."""
-
-    rooms: tuple[uuid.UUID, ...] | None = None
-    agents: tuple[uuid.UUID, ...] | None = None
-
-
-def human_audiences(
-    ctx: UserContext, scope: HumanView, reach: Reach = Reach()
-) -> tuple[Audience, ...]:
-    """The branches of (a)-(d) that a view asks for."""
-    me, org = ctx.user.id, ctx.organization_id
-    about_me = Audience(subject_id=me, scopes=(Scope.SUBJECT,))
-    if reach.agents is not None and len(reach.agents) <= MAX_BRANCHES:
-        mine = tuple(Audience(source_agent_id=a, scopes=(Scope.AGENT,)) for a in reach.agents)
-    else:
-        mine = (Audience(source_agent_owner_id=me, scopes=(Scope.AGENT,)),)
-    shared = (Audience(organization_id=org, scopes=(Scope.ORGANIZATION,)),) if org else ()
-    in_rooms: tuple[Audience, ...] = ()
-    room_scopes = (Scope.SUBJECT, Scope.ORGANIZATION)
-    if org and reach.rooms is not None and len(reach.rooms) <= MAX_BRANCHES:
-        in_rooms = tuple(
-            Audience(chat_room_id=r, organization_id=org, scopes=room_scopes) for r in reach.rooms
-        )
-    elif org:
-        in_rooms = (Audience(room_member_user_id=me, organization_id=org, scopes=room_scopes),)
-    if scope == "about_me":
-        return (about_me,)
-    if scope == "organization":
-        return shared
-    if scope == "room":
-        own_in_rooms = Audience(
-            room_member_user_id=me, source_agent_owner_id=me, scopes=(Scope.AGENT,)
-        )
-        return (*in_rooms, own_in_rooms)
-    return (about_me, *shared, *in_rooms, *mine)
 
 
 class HumanStore(MemoryStore, RoomStore, AccountStore, Protocol):
@@ -92,13 +51,8 @@ class HumanMemoryService:
         self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
     ) -> MemoryPage:
         require_memory_plan(ctx.user, ctx.organization)
-        query = MemoryQuery(
-            audiences=human_audiences(ctx, params.scope, self.reach(ctx)),
-            statuses=filters.statuses,
-            system=filters.system,
-            type=filters.type,
-            segment=filters.segment,
-            search=filters.search,
+        query = filters.within(
+            human_audiences(ctx, params.scope, self.reach(ctx)),
             chat_room_id=params.chat_room_id,
             source_agent_id=params.source_agent_id,
         )
@@ -119,10 +73,7 @@ class HumanMemoryService:
         return Reach(tuple(rooms), tuple(agents))
 
     def visible(self, ctx: UserContext, memory: Memory) -> bool:
-        query = MemoryQuery(
-            audiences=human_audiences(ctx, "all"), statuses=tuple(Status), memory_id=memory.id
-        )
-        return self.store.count_memories(query) > 0
+        return shows(self.store, human_audiences(ctx, "all"), memory.id)
 
     def get(self, ctx: UserContext, memory_id: str) -> Memory:
         """A visible memory; 404 when there is none, 403 when it is not the caller's to see."""
@@ -138,12 +89,8 @@ class HumanMemoryService:
     def _changeable(self, ctx: UserContext, memory_id: str) -> Memory:
         """(a) a memory about the caller, or (d) an agent-scoped memory of one of their agents."""
         memory = self.get(ctx, memory_id)
-        if memory.scope is Scope.SUBJECT and memory.subject_id == ctx.user.id:
+        if shows(self.store, human_changes(ctx), memory.id):
             return memory
-        if memory.scope is Scope.AGENT and memory.source_agent_id is not None:
-            agent = self.store.get_agent(memory.source_agent_id)
-            if agent is not None and agent.owner_id == ctx.user.id:
-                return memory
         raise Forbidden("Only memories about you or made privately by your agents can be changed")
 
     def delete(self, ctx: UserContext, memory_id: str) -> None:

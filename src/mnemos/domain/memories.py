@@ -1,4 +1,4 @@
-"""Storing, listing, reading and changing memories: every visibility rule lives here.
+"""Storing, listing, reading and changing memories; who may see what is `visibility.py`'s.
 
 Routes of every API family call these functions with an authenticated context and parsed
 input; they return domain objects or raise `MnemosError`s.
@@ -10,12 +10,11 @@ import hashlib
 import json
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
-from mnemos.domain.accounts import require_memory_plan
 from mnemos.domain.ids import try_uuid, utcnow, uuid7
 from mnemos.domain.models import (
     VALID_TYPES,
@@ -37,8 +36,16 @@ from mnemos.domain.pagination import (
     offset_meta,
 )
 from mnemos.domain.ports import MemoryStore, RoomStore
-from mnemos.domain.queries import Audience, Filters, MemoryQuery
+from mnemos.domain.queries import Filters, MemoryQuery, Order
+from mnemos.domain.search import Ranked, Ranker
 from mnemos.domain.values import check_metadata, check_text
+from mnemos.domain.visibility import (
+    admitted,
+    agent_changes,
+    agent_list,
+    agent_reads,
+    require_memory_plan,
+)
 from mnemos.errors import (
     Conflict,
     Forbidden,
@@ -111,6 +118,12 @@ ScopeFilter = Literal["agent", "subject", "organization", "all"]
 
 
 @dataclass(frozen=True)
+class RankedPage:
+    items: list[Ranked]
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class AgentListParams:
     memory_scope: Whose = "me"
     scope: ScopeFilter | None = None
@@ -128,6 +141,7 @@ class MemoryService:
         self, store: MemoryServiceStore, codec: CursorCodec, *, max_content_chars: int = 10_000
     ):
         self.store = store
+        self.ranker: Ranker = store  # full-text relevance; semantic search brings its own
         self.codec = codec
         self.max_content_chars = max_content_chars
 
@@ -152,6 +166,16 @@ class MemoryService:
             last = items[-1]
             next_cursor = self.codec.encode(Position(last.inserted_at, last.id))
         return MemoryPage(items, cursor_meta(request, next_cursor), deprecated=False)
+
+    def ranked_page(self, query: MemoryQuery, limit: int, cursor: str | None) -> RankedPage:
+        """One page of a relevance-ordered query, best first, continued by a `(score, id)`
+        cursor (`cursor`, from the previous page's `next_cursor`)."""
+        after = self.codec.decode_rank(cursor) if cursor is not None else None
+        rows = list(self.ranker.rank_memories(query, limit=limit + 1, after=after))
+        items = rows[:limit]
+        next_cursor = self.codec.encode_rank(items[-1].position) if len(rows) > limit else None
+        meta = {"has_more": next_cursor is not None, "limit": limit, "next_cursor": next_cursor}
+        return RankedPage(items, meta)
 
     def validate_draft(self, draft: MemoryDraft) -> None:
         check_text(draft.content, "content")
@@ -219,50 +243,13 @@ class MemoryService:
             raise Conflict("The memory stored under this Idempotency-Key was deleted")
         return first
 
-    def agent_query(
-        self, ctx: AgentContext, params: AgentListParams, filters: Filters
-    ) -> MemoryQuery:
-        """What `GET /api/v1/agent/memories` returns, per docs/design.md's table."""
-        me = ctx.agent.id
-        scope = None if params.scope in (None, "all") else Scope(params.scope)
-        narrow_subject = params.subject_id
-        audiences: tuple[Audience, ...]
-        if params.memory_scope == "me":
-            audiences = (Audience(source_agent_id=me, scopes=(scope,) if scope else None),)
-        else:
-            org = ctx.organization_id
-            if org is None:
-                raise OrgScopeRequiresOrganization(
-                    "memory_scope 'org' requires the agent's owner to belong to an organization"
-                )
-            own = Audience(source_agent_id=me)
-            shared = Audience(organization_id=org, scopes=(Scope.ORGANIZATION,))
-            if params.scope is None or scope is Scope.ORGANIZATION:
-                audiences = (shared,)
-            elif scope is Scope.AGENT:
-                audiences = (Audience(source_agent_id=me, scopes=(Scope.AGENT,)),)
-            elif scope is Scope.SUBJECT:
-                if params.subject_id is None:
-                    raise SubjectIdRequired("scope 'subject' requires subject_id")
-                audiences = (self._subject_audience(org, params.subject_id),)
-            else:  # all: organization memories, this agent's own, and the named subject's
-                audiences = (shared, own)
-                if params.subject_id is not None:
-                    audiences += (self._subject_audience(org, params.subject_id),)
-                narrow_subject = None
-        return MemoryQuery(
-            audiences=audiences,
-            statuses=filters.statuses,
-            system=filters.system,
-            type=filters.type,
-            segment=filters.segment,
-            subject_id=narrow_subject,
-            search=filters.search,
-        )
-
     @staticmethod
-    def _subject_audience(org: uuid.UUID, subject_id: uuid.UUID) -> Audience:
-        return Audience(organization_id=org, scopes=(Scope.SUBJECT,), subject_id=subject_id)
+    def agent_query(ctx: AgentContext, params: AgentListParams, filters: Filters) -> MemoryQuery:
+        """What `GET /api/v1/agent/memories` returns (`visibility.agent_list`)."""
+        audiences, subject_id = agent_list(
+            ctx, params.memory_scope, params.scope, params.subject_id
+        )
+        return filters.within(audiences, subject_id=subject_id)
 
     def list_as_agent(
         self, ctx: AgentContext, params: AgentListParams, filters: Filters, request: PageRequest
@@ -270,17 +257,25 @@ class MemoryService:
         require_memory_plan(ctx.owner, ctx.organization)
         return self.page(self.agent_query(ctx, params, filters), request)
 
+    def search_as_agent(
+        self,
+        ctx: AgentContext,
+        params: AgentListParams,
+        filters: Filters,
+        limit: int,
+        cursor: str | None = None,
+    ) -> RankedPage:
+        """The agent list of `params` and `filters`, ranked by relevance to `filters.search`."""
+        require_memory_plan(ctx.owner, ctx.organization)
+        if filters.search is None:
+            raise invalid_field("content_query", "is required to rank by relevance")
+        query = replace(self.agent_query(ctx, params, filters), order=Order.RELEVANCE)
+        return self.ranked_page(query, limit, cursor)
+
     @staticmethod
     def agent_can_read(ctx: AgentContext, memory: Memory) -> bool:
         """Its own memories, and the organization and subject memories of its organization."""
-        if memory.source_agent_id is not None and memory.source_agent_id == ctx.agent.id:
-            return True
-        org = ctx.organization_id
-        return (
-            org is not None
-            and memory.organization_id == org
-            and memory.scope in (Scope.ORGANIZATION, Scope.SUBJECT)
-        )
+        return admitted(agent_reads(ctx), memory)
 
     def get_as_agent(self, ctx: AgentContext, memory_id: str) -> Memory:
         require_memory_plan(ctx.owner, ctx.organization)
@@ -293,7 +288,7 @@ class MemoryService:
     def set_status_as_agent(self, ctx: AgentContext, memory_id: str, status: Status) -> Memory:
         """Supersede or archive: only the storing agent may (403 for others who can see it)."""
         memory = self.get_as_agent(ctx, memory_id)
-        if memory.source_agent_id != ctx.agent.id:
+        if not admitted(agent_changes(ctx), memory):
             raise Forbidden("Only the agent that stored a memory can change its status")
         updated = self.store.set_memory_status(memory.id, status, utcnow())
         if updated is None:

@@ -2,7 +2,8 @@
 
 A cursor is `base64url(json {"t": inserted_at, "i": id}) + "." + base64url(hmac)`: opaque to
 callers and tamper-evident, signed with a secret every server process shares (it lives in the
-database, so any process can continue a cursor another process issued).
+database, so any process can continue a cursor another process issued). A ranked list's cursor
+holds `{"s": score, "i": id}` instead; neither kind is accepted where the other is expected.
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ class Position:
     """A place in the newest-first order: strictly after this row."""
 
     inserted_at: datetime
+    id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class RankPosition:
+    """A place in a best-first order: strictly after this row (lower score, or equal score and
+    lower id). Scores come from the ranker and may shift as memories are added."""
+
+    score: float
     id: uuid.UUID
 
 
@@ -73,23 +83,47 @@ class CursorCodec:
         return _b64(digest[:18])
 
     def encode(self, position: Position) -> str:
-        body = json.dumps(
-            {"t": iso(position.inserted_at), "i": str(position.id)}, separators=(",", ":")
-        )
-        payload = _b64(body.encode())
-        return f"{payload}.{self._sign(payload)}"
+        return self._seal({"t": iso(position.inserted_at), "i": str(position.id)})
+
+    def encode_rank(self, position: RankPosition) -> str:
+        return self._seal({"s": position.score, "i": str(position.id)})
 
     def decode(self, cursor: str) -> Position:
         """The position a cursor names, or `invalid_pagination` for anything forged or broken."""
+        data = self._open(cursor)
+        try:
+            moment = datetime.fromisoformat(data["t"].replace("Z", "+00:00"))
+            return Position(moment, uuid.UUID(data["i"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise _malformed() from None
+
+    def decode_rank(self, cursor: str) -> RankPosition:
+        """The position a ranked list's cursor names, or `invalid_pagination`."""
+        data = self._open(cursor)
+        try:
+            score = data["s"]
+            if not isinstance(score, int | float) or isinstance(score, bool):
+                raise TypeError("score")
+            return RankPosition(float(score), uuid.UUID(data["i"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise _malformed() from None
+
+    def _seal(self, data: dict[str, Any]) -> str:
+        payload = _b64(json.dumps(data, separators=(",", ":")).encode())
+        return f"{payload}.{self._sign(payload)}"
+
+    def _open(self, cursor: str) -> Any:
         payload, _, signature = cursor.partition(".")
         if not payload or not hmac.compare_digest(signature.encode(), self._sign(payload).encode()):
             raise InvalidPagination("cursor is invalid", details={"cursor": "invalid or tampered"})
         try:
-            data = json.loads(_unb64(payload))
-            moment = datetime.fromisoformat(data["t"].replace("Z", "+00:00"))
-            return Position(moment, uuid.UUID(data["i"]))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise InvalidPagination("cursor is invalid", details={"cursor": "malformed"}) from None
+            return json.loads(_unb64(payload))
+        except ValueError:
+            raise _malformed() from None
+
+
+def _malformed() -> InvalidPagination:
+    return InvalidPagination("cursor is invalid", details={"cursor": "malformed"})
 
 
 def _bounded_int(name: str, raw: str | None, default: int, high: int) -> int:

@@ -30,8 +30,9 @@ from mnemos.domain.models import (
     User,
     UserContext,
 )
-from mnemos.domain.pagination import Position
+from mnemos.domain.pagination import Position, RankPosition
 from mnemos.domain.queries import MemoryQuery
+from mnemos.domain.search import Ranked
 
 KeyKind = Literal["agent", "user"]
 """Who an API key authenticates."""
@@ -91,6 +92,17 @@ class MemoryStore(Protocol):
         """Up to `limit` memories matching `query`, newest first by `(inserted_at, id)`.
 
         `after` continues strictly after a row (keyset); `offset` skips rows (offset family).
+        """
+
+    @abc.abstractmethod
+    def rank_memories(
+        self, query: MemoryQuery, *, limit: int, after: RankPosition | None = None
+    ) -> Sequence[Ranked]:
+        """The full-text `Ranker`: up to `limit` memories matching `query` (which must have a
+        search and `Order.RELEVANCE`), best first by `(score, id)`, within the search budget.
+
+        >>> [r.score for r in store.rank_memories(query, limit=3)]
+        [4.2, 1.7, 1.7]
         """
 
     @abc.abstractmethod

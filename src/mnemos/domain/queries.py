@@ -9,7 +9,9 @@ never turn into "every organization".
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any
 
 from mnemos.domain.models import MemoryType, Scope, Segment, Status, System, parse_enum
 from mnemos.domain.search import SearchQuery
@@ -40,8 +42,12 @@ class Audience:
 
 
 @dataclass(frozen=True)
-class MemoryQuery:
-    audiences: tuple[Audience, ...]
+class Filters:
+    """The narrowing filters of a memory list, already parsed: each field that is set (not None;
+    for `statuses`, not every status) must also hold. Storage turns each field into one SQL
+    condition (`storage/sql.py`, `FILTER_SQL`, keyed by these names), so a new filter is a new
+    field here, its entry there and its parameter in `api/params.py`."""
+
     statuses: tuple[Status, ...] = (Status.ACTIVE,)
     system: System | None = None
     type: MemoryType | None = None
@@ -49,19 +55,40 @@ class MemoryQuery:
     subject_id: uuid.UUID | None = None
     source_agent_id: uuid.UUID | None = None
     chat_room_id: uuid.UUID | None = None
-    search: SearchQuery | None = None
     memory_id: uuid.UUID | None = None
+    search: SearchQuery | None = None  # matched by the backend's full-text hook, not FILTER_SQL
+
+    def within(
+        self, audiences: tuple[Audience, ...], order: Order | None = None, **replaced: Any
+    ) -> MemoryQuery:
+        """These filters, with `replaced` fields changed, over what `audiences` may see."""
+        values = {name: getattr(self, name) for name in FILTER_NAMES}
+        values.update(replaced)
+        return MemoryQuery(audiences=audiences, order=order or Order.NEWEST, **values)
 
 
-@dataclass(frozen=True)
-class Filters:
-    """The narrowing filters every memory list accepts, already parsed."""
+class Order(StrEnum):
+    """How a list is ordered: newest first by `(inserted_at, id)` (every API list), or by
+    relevance to its search, best first by `(score, id)` (needs a `search`)."""
 
-    statuses: tuple[Status, ...] = (Status.ACTIVE,)
-    system: System | None = None
-    type: MemoryType | None = None
-    segment: Segment | None = None
-    search: SearchQuery | None = None
+    NEWEST = "newest"
+    RELEVANCE = "relevance"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryQuery(Filters):
+    """A list as the store runs it: the filters, over the union of the audiences."""
+
+    audiences: tuple[Audience, ...]
+    order: Order = Order.NEWEST
+
+    def __post_init__(self) -> None:
+        if self.order is Order.RELEVANCE and self.search is None:
+            raise ValueError("a relevance order needs a search")
+
+
+ALL_STATUSES = tuple(Status)
+FILTER_NAMES = tuple(field.name for field in fields(Filters))
 
 
 def status_filter(value: str | None) -> tuple[Status, ...]:

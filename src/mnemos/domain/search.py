@@ -14,15 +14,27 @@ dropping a prefix that another term of the query already implies (`har harbor` i
 
 Both the stored text and the query go through `words_of`, so every backend indexes exactly the
 same words: storage indexes `index_text(content)`, never the raw content.
+
+Ranking: a list with `Order.NEWEST` uses a search as a filter; one with `Order.RELEVANCE` asks a
+`Ranker` for the matches best first, each with its score. The store ranks full text (FTS5 bm25 on
+SQLite, `ts_rank` on PostgreSQL); another ranker (by meaning, or a fusion of two) implements the
+same protocol, and the domain re-applies nothing: a ranker runs the query's audiences as given.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
+from mnemos.domain.models import Memory
+from mnemos.domain.pagination import RankPosition
 from mnemos.errors import invalid_field
+
+if TYPE_CHECKING:
+    from mnemos.domain.queries import MemoryQuery
 
 _WORD = re.compile(r"[^\W_]+")
 MAX_TERMS = 8
@@ -41,6 +53,30 @@ class SearchQuery:
     def terms(self) -> int:
         phrase_words = sum(len(phrase) for phrase in self.phrases)
         return len(self.words) + len(self.whole_words) + phrase_words
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A memory in a ranked list, with its score (higher is better; comparable only within one
+    list: each ranker has its own scale)."""
+
+    memory: Memory
+    score: float
+
+    @property
+    def position(self) -> RankPosition:
+        return RankPosition(self.score, self.memory.id)
+
+
+class Ranker(Protocol):
+    """Ranks the memories a query may return, best first."""
+
+    def rank_memories(
+        self, query: MemoryQuery, *, limit: int, after: RankPosition | None = None
+    ) -> Sequence[Ranked]:
+        """Up to `limit` memories matching `query` (its audiences, filters and search), best
+        first by `(score, id)`; `after` continues strictly after that position."""
+        ...
 
 
 def words_of(text: str) -> list[str]:

@@ -3,18 +3,25 @@
 `global` memories are the agent's memories with no subject that the person may see under the
 human rules (its organization memories in the person's organization, and its private memories
 when the person owns it); `user` memories are the agent's subject memories about the person.
-Only a person who owns the agent or shares its organization may ask.
+Only a person who owns the agent or shares its organization may ask. The rules themselves are
+`visibility.superagent_audiences` and `people.sees_agent`.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from mnemos.domain.accounts import require_memory_plan
 from mnemos.domain.ids import try_uuid
-from mnemos.domain.models import Agent, Memory, Scope, UserContext
+from mnemos.domain.models import Agent, Memory, Status, UserContext
+from mnemos.domain.people import actor_of, sees_agent
 from mnemos.domain.ports import AccountStore, MemoryStore
-from mnemos.domain.queries import Audience, MemoryQuery
+from mnemos.domain.queries import MemoryQuery
+from mnemos.domain.visibility import (
+    is_user_memory,
+    require_memory_plan,
+    shows,
+    superagent_audiences,
+)
 from mnemos.errors import Forbidden, NotFound
 
 LIMIT = 200
@@ -35,24 +42,13 @@ class SuperagentMemories:
         if not found:
             raise NotFound("Agent not found")
         agent, owner_org = found[0]
-        org = ctx.organization_id
-        if agent.owner_id != ctx.user.id and (org is None or owner_org != org):
+        if not sees_agent(actor_of(ctx), agent, owner_org):
             raise Forbidden("You may not reach this agent")
         return agent
 
     @staticmethod
     def query(ctx: UserContext, agent: Agent) -> MemoryQuery:
-        me, org, source = ctx.user.id, ctx.organization_id, agent.id
-        audiences = [Audience(subject_id=me, scopes=(Scope.SUBJECT,), source_agent_id=source)]
-        if org is not None:
-            audiences.append(
-                Audience(organization_id=org, scopes=(Scope.ORGANIZATION,), source_agent_id=source)
-            )
-        if agent.owner_id == me:
-            audiences.append(
-                Audience(source_agent_id=source, scopes=(Scope.AGENT,), without_subject=True)
-            )
-        return MemoryQuery(audiences=tuple(audiences))
+        return MemoryQuery(audiences=superagent_audiences(ctx, agent))
 
     def recent(self, ctx: UserContext, agent_id: str) -> list[Memory]:
         """The 200 most recent, newest first."""
@@ -64,8 +60,9 @@ class SuperagentMemories:
         agent = self.reachable_agent(ctx, agent_id)
         ident = try_uuid(memory_id)
         memory = self.store.get_memory(ident) if ident else None
-        visible = memory is not None and self.store.count_memories(
-            MemoryQuery(audiences=self.query(ctx, agent).audiences, memory_id=memory.id)
+        # Active only, as the list shows them.
+        visible = memory is not None and shows(
+            self.store, superagent_audiences(ctx, agent), memory.id, (Status.ACTIVE,)
         )
         if memory is None or not visible:
             raise NotFound("Memory not found")
@@ -74,5 +71,4 @@ class SuperagentMemories:
         self.store.delete_memory(memory.id)
 
 
-def is_user_memory(ctx: UserContext, memory: Memory) -> bool:
-    return memory.scope is Scope.SUBJECT and memory.subject_id == ctx.user.id
+__all__ = ["SuperagentMemories", "is_user_memory"]

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from mnemos.domain.ids import try_uuid, utcnow, uuid7
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
 from mnemos.domain.ports import AccountStore, MemoryStore, TuyaStore
-from mnemos.domain.queries import Audience, MemoryQuery
+from mnemos.domain.queries import MemoryQuery
 from mnemos.domain.tuya_auth import (
     TuyaCaller,
     TuyaError,
@@ -29,6 +29,7 @@ from mnemos.domain.tuya_auth import (
     permission_deny,
 )
 from mnemos.domain.values import text_problem
+from mnemos.domain.visibility import device_audiences, plan_allows
 
 
 class TuyaScope(IntEnum):
@@ -129,8 +130,7 @@ class TuyaMemories:
         return subject
 
     def _require_plan(self, caller: TuyaCaller) -> None:
-        org = self.store.get_organization(caller.organization_id)
-        if org is None or not org.memory_enabled:
+        if not self._memory_open(caller):
             raise permission_deny("memory is not enabled for this organization")
 
     # --- reads -------------------------------------------------------------------------
@@ -138,7 +138,9 @@ class TuyaMemories:
     def _current(self, caller: TuyaCaller, subject: uuid.UUID, binding: Binding) -> list[Memory]:
         """Every active Tuya memory the call reaches; refused, never cut short, past `LIST_CAP`
         (Tuya's list has no paging: a caller must delete keys to list again)."""
-        query = MemoryQuery(audiences=_audiences(caller, subject, binding))
+        query = MemoryQuery(
+            audiences=device_audiences(caller.organization_id, subject, binding.agent_id)
+        )
         rows = self.store.list_memories(query, limit=LIST_CAP + 1)
         if len(rows) > LIST_CAP:
             raise TuyaError(
@@ -243,8 +245,12 @@ class TuyaMemories:
         return keys
 
     def switch(self, caller: TuyaCaller) -> dict[str, bool]:
+        return {"memory_open": self._memory_open(caller), "summary_open": False}
+
+    def _memory_open(self, caller: TuyaCaller) -> bool:
+        """The project's organization exists and its plan includes memory."""
         org = self.store.get_organization(caller.organization_id)
-        return {"memory_open": bool(org and org.memory_enabled), "summary_open": False}
+        return org is not None and plan_allows(org)
 
 
 def _text(name: str, value: str) -> None:
@@ -252,18 +258,6 @@ def _text(name: str, value: str) -> None:
     problem = text_problem(value)
     if problem is not None:
         raise param_illegal(name, problem)
-
-
-def _audiences(caller: TuyaCaller, subject: uuid.UUID, binding: Binding) -> tuple[Audience, ...]:
-    shared = Audience(
-        organization_id=caller.organization_id, scopes=(Scope.SUBJECT,), subject_id=subject
-    )
-    if binding.agent_id is None:
-        return (shared,)
-    return (
-        shared,
-        Audience(source_agent_id=binding.agent_id, scopes=(Scope.AGENT,), subject_id=subject),
-    )
 
 
 def _entry(binding: Binding, item: Any) -> Entry:

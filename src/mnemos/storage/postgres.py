@@ -20,6 +20,7 @@ from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.rows import read_json
+from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
 from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
 
@@ -42,6 +43,16 @@ def driver_url(url: str) -> str:
 
 
 STATEMENT_TIMEOUT_MS = 15_000
+
+
+def _search_column() -> sa.ColumnElement[Any]:
+    return sa.literal_column("memories.search")
+
+
+def _tsquery(param: sa.BindParameter[Any]) -> sa.ColumnElement[Any]:
+    """The search bound to `param` as a tsquery, its text a literal (see `_search_clause`)."""
+    words = sa.bindparam(param.key, type_=sa.String(), literal_execute=True)
+    return sa.func.to_tsquery(sa.literal_column("'simple'::regconfig"), words)
 
 
 class PostgresStore(SqlStore):
@@ -79,10 +90,14 @@ class PostgresStore(SqlStore):
         # word from a rare one, and a common word scoped to one agent went from 1.7 ms (walk the
         # agent's index, recheck) to 57 ms (bitmap of every match, then sort). With the literal,
         # each search text gets its own statement and plans that know the words.
-        words = sa.bindparam(param.key, type_=sa.String(), literal_execute=True)
-        return sa.literal_column("memories.search").op("@@")(
-            sa.func.to_tsquery(sa.literal_column("'simple'::regconfig"), words)
-        )
+        return _search_column().op("@@")(_tsquery(param))
+
+    def _search_rank(
+        self, param: sa.BindParameter[Any]
+    ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
+        terms = _tsquery(param)
+        score = sa.func.ts_rank(_search_column(), terms, type_=sa.Float())
+        return memories, _search_column().op("@@")(terms), score
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:  # noqa: ARG002
         return tsquery(search)

@@ -1,13 +1,15 @@
 """The SQL implementation of `Store`, shared by SQLite and PostgreSQL.
 
-Backends differ only in how they open connections (`_read`, `_write`), how they match a full-text
-query (`_search_clause`) and how they insert-or-ignore (`_insert_ignore`): see `sql_base.py`.
+Backends differ only in how they open connections (`_read`, `_write`), how they match and rank a
+full-text query (`_search_clause`, `_search_rank`) and how they insert-or-ignore
+(`_insert_ignore`): see `sql_base.py`. What each audience field and filter means in SQL is in
+`sql_conditions.py`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,13 +18,21 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import Memory, Status
-from mnemos.domain.pagination import Position
-from mnemos.domain.queries import Audience, MemoryQuery
+from mnemos.domain.pagination import Position, RankPosition
+from mnemos.domain.queries import MemoryQuery, Order
+from mnemos.domain.search import Ranked
 from mnemos.errors import Conflict
 from mnemos.storage.base import Store
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
-from mnemos.storage.schema import UTCDateTime, agents, chat_participants, idempotency_keys, memories
+from mnemos.storage.schema import UTCDateTime, idempotency_keys, memories
 from mnemos.storage.sql_accounts import AccountsSql
+from mnemos.storage.sql_conditions import (
+    AUDIENCE_SQL,
+    FILTER_SQL,
+    FieldSql,
+    audience_values,
+    filter_values,
+)
 from mnemos.storage.sql_rooms import RoomsSql
 from mnemos.storage.sql_tuya import TuyaSql
 
@@ -146,11 +156,64 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         after: Position | None = None,
         offset: int = 0,
     ) -> Sequence[Memory]:
+        if query.order is not Order.NEWEST:
+            raise ValueError("list_memories is newest first: rank_memories ranks")
         if not query.audiences:
             return []
         statement, params = self.list_statement(query, limit=limit, after=after, offset=offset)
         with self._read() as conn, self._bounded(conn, query):
             return [to_memory(row) for row in conn.execute(statement, params)]
+
+    def rank_memories(
+        self, query: MemoryQuery, *, limit: int, after: RankPosition | None = None
+    ) -> Sequence[Ranked]:
+        if query.search is None or query.order is not Order.RELEVANCE:
+            raise ValueError("rank_memories needs a search in relevance order")
+        if not query.audiences:
+            return []
+        params = self._list_params(query, None)
+        shape = (*self._shape("rank", query, params), after is not None)
+        params["limit"] = limit
+        if after is not None:
+            params["after_score"] = after.score
+            params["after_id"] = after.id
+        statement = self._statements.get(shape)
+        if statement is None:
+            statement = self._ranked_statement(query, after is not None)
+            self._remember(shape, statement)
+        with self._read() as conn, self._bounded(conn, query):
+            rows = conn.execute(statement, params)
+            return [Ranked(to_memory(row[1:]), float(row[0])) for row in rows]
+
+    def _ranked_statement(self, query: MemoryQuery, after: bool) -> sa.Select[Any]:
+        """`(score, *MEMORY_COLUMNS)` of the best matches: each audience's matches scored, a
+        memory in several audiences counted once, ordered by `(score, id)` descending."""
+        branches = []
+        for index in range(len(query.audiences)):
+            source, match, score = self._search_rank(sa.bindparam(f"a{index}_search"))
+            branches.append(
+                sa.select(M.id.label("id"), sa.cast(score, sa.Float()).label("score"))
+                .select_from(source)
+                .where(match, *self._branch_conditions(query, index, after=False, search=False))
+            )
+        scored = sa.union_all(*branches).subquery("scored")
+        best = (
+            sa.select(scored.c.id, sa.func.max(scored.c.score).label("score"))
+            .group_by(scored.c.id)
+            .subquery("ranked")
+        )
+        statement = sa.select(best.c.score, *MEMORY_COLUMNS).join(best, best.c.id == M.id)
+        if after:
+            at = sa.bindparam("after_score", type_=sa.Float())
+            statement = statement.where(
+                sa.or_(
+                    best.c.score < at,
+                    sa.and_(best.c.score == at, M.id < sa.bindparam("after_id", type_=sa.Uuid())),
+                )
+            )
+        return statement.order_by(best.c.score.desc(), M.id.desc()).limit(
+            sa.bindparam("limit", type_=sa.Integer())
+        )
 
     def count_memories(self, query: MemoryQuery) -> int:
         if not query.audiences:
@@ -181,9 +244,9 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         return (kind, tuple(params), tuple(a.without_subject for a in query.audiences))
 
     def _list_params(self, query: MemoryQuery, after: Position | None) -> dict[str, Any]:
-        params = {f"f_{name}": value for name, value in _filter_values(query)}
+        params = {f"f_{name}": value for name, value in filter_values(query)}
         for i, audience in enumerate(query.audiences):
-            for name, value in _audience_values(audience):
+            for name, value in audience_values(audience):
                 params[f"a{i}_{name}"] = value
             if query.search is not None:
                 params[f"a{i}_search"] = self._search_value(query.search, audience)
@@ -193,21 +256,21 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         return params
 
     def _branch_conditions(
-        self, query: MemoryQuery, index: int, after: bool
+        self, query: MemoryQuery, index: int, after: bool, search: bool = True
     ) -> list[sa.ColumnElement[bool]]:
-        """Audience `index` of the query, its filters, its search and the keyset position."""
+        """Audience `index` of the query, its filters, its search (unless `search` is False: a
+        ranked branch matches it in its own FROM) and the keyset position."""
         audience = query.audiences[index]
         conditions = [
-            _AUDIENCE_SQL[name](sa.bindparam(f"a{index}_{name}", expanding=name == "scopes"))
-            for name, _ in _audience_values(audience)
+            _condition(AUDIENCE_SQL, name, f"a{index}_{name}")
+            for name, _ in audience_values(audience)
         ]
         if audience.without_subject:
             conditions.append(M.subject_id.is_(None))
         conditions += [
-            _FILTER_SQL[name](sa.bindparam(f"f_{name}", expanding=name == "statuses"))
-            for name, _ in _filter_values(query)
+            _condition(FILTER_SQL, name, f"f_{name}") for name, _ in filter_values(query)
         ]
-        if query.search is not None:
+        if search and query.search is not None:
             conditions.append(self._search_clause(sa.bindparam(f"a{index}_search")))
         if after:
             conditions.append(
@@ -242,62 +305,8 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
 MAX_CACHED_STATEMENTS = 512
 
 
-def _present(
-    source: object, names: tuple[str, ...], bind: Callable[[Any], Any] = lambda value: value
-) -> list[tuple[str, Any]]:
-    """`(name, bound value)` for each of `names` that `source` sets, in the order given."""
-    return [(name, bind(value)) for name in names if (value := getattr(source, name)) is not None]
-
-
-def _values_of(members: Any) -> list[str]:
-    return [member.value for member in members]
-
-
-def _audience_values(audience: Audience) -> list[tuple[str, Any]]:
-    """The fields an audience pins, in a fixed order, as bound values."""
-    ids = (
-        "source_agent_id",
-        "organization_id",
-        "subject_id",
-        "room_member_user_id",
-        "source_agent_owner_id",
-        "chat_room_id",
-    )
-    return _present(audience, ("scopes",), _values_of) + _present(audience, ids)
-
-
-_AUDIENCE_SQL: dict[str, Callable[[Any], sa.ColumnElement[bool]]] = {
-    "scopes": M.scope.in_,
-    "source_agent_id": lambda p: M.source_agent_id == p,
-    "organization_id": lambda p: M.organization_id == p,
-    "subject_id": lambda p: M.subject_id == p,
-    "room_member_user_id": lambda p: M.chat_room_id.in_(
-        sa.select(chat_participants.c.chat_room_id).where(chat_participants.c.participant_id == p)
-    ),
-    "source_agent_owner_id": lambda p: M.source_agent_id.in_(
-        sa.select(agents.c.id).where(agents.c.owner_id == p)
-    ),
-    "chat_room_id": lambda p: M.chat_room_id == p,
-}
-
-
-def _filter_values(query: MemoryQuery) -> list[tuple[str, Any]]:
-    """The narrowing filters a query sets, in a fixed order, as bound values."""
-    statuses = (
-        [("statuses", _values_of(query.statuses))] if len(query.statuses) < len(Status) else []
-    )
-    taxonomy = _present(query, ("system", "type", "segment"), lambda member: member.value)
-    ids = _present(query, ("subject_id", "source_agent_id", "chat_room_id", "memory_id"))
-    return statuses + taxonomy + ids
-
-
-_FILTER_SQL: dict[str, Callable[[Any], sa.ColumnElement[bool]]] = {
-    "statuses": M.status.in_,
-    "system": lambda p: M.system == p,
-    "type": lambda p: M.type == p,
-    "segment": lambda p: M.segment == p,
-    "subject_id": lambda p: M.subject_id == p,
-    "source_agent_id": lambda p: M.source_agent_id == p,
-    "chat_room_id": lambda p: M.chat_room_id == p,
-    "memory_id": lambda p: M.id == p,
-}
+def _condition(table: dict[str, FieldSql | None], name: str, key: str) -> sa.ColumnElement[bool]:
+    """Field `name`'s condition on the parameter bound as `key`."""
+    entry = table[name]
+    assert entry is not None  # only fields with SQL are ever bound
+    return entry.condition(sa.bindparam(key, expanding=entry.expanding))

@@ -54,6 +54,14 @@ class SqlBase(abc.ABC):
         """A condition on `memories` that holds when the row matches the search bound to `param`."""
 
     @abc.abstractmethod
+    def _search_rank(
+        self, param: sa.BindParameter[Any]
+    ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
+        """For a relevance order: what to select from (`memories`, joined to the index if the
+        backend needs it), the condition that a row matches the search bound to `param`, and
+        its score there (higher is better)."""
+
+    @abc.abstractmethod
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:
         """What to bind to `_search_clause`'s parameter for `search` within `audience`."""
 

@@ -176,6 +176,29 @@ class SqliteStore(SqlStore):
         )
         return memories.c.pk.in_(matches)
 
+    def _search_rank(
+        self, param: sa.BindParameter[Any]
+    ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
+        # bm25 works only in a statement that MATCHes the FTS table and nothing else: the
+        # matches are scored alone (LIMIT -1 keeps SQLite from flattening them into the join,
+        # where bm25 is refused), then joined to their memories. bm25 is lower for better
+        # matches; the scope column (owner tokens, migration 0005) weighs nothing.
+        index: sa.ColumnClause[Any] = sa.literal_column("memories_fts")
+        hits = (
+            sa.select(
+                sa.literal_column("rowid").label("pk"),
+                (-sa.func.bm25(index, sa.literal_column("1.0"), sa.literal_column("0.0"))).label(
+                    "score"
+                ),
+            )
+            .select_from(sa.table("memories_fts"))
+            .where(index.op("MATCH")(param))
+            .limit(sa.literal_column("-1"))
+            .subquery("hits")
+        )
+        source = memories.join(hits, hits.c.pk == memories.c.pk)
+        return source, sa.true(), hits.c.score
+
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:
         return fts5_query(search, audience)
 

@@ -1,0 +1,98 @@
+"""Lists as SQL conditions: what each audience field and each filter of a `MemoryQuery` means.
+
+Both tables are keyed by the field names of `mnemos.domain.queries` (`Audience`, `Filters`); a
+value is bound under its field's name, never rendered into the SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any
+
+import sqlalchemy as sa
+
+from mnemos.domain.models import Status
+from mnemos.domain.queries import FILTER_NAMES, Audience, MemoryQuery
+from mnemos.storage.schema import agents, chat_participants, memories
+
+M = memories.c
+
+
+def _values_of(members: Any) -> list[str]:
+    return [member.value for member in members]
+
+
+@dataclass(frozen=True)
+class FieldSql:
+    """How one field of an `Audience` or of `Filters` narrows a list: its condition on a bound
+    parameter, what to bind for a value, and which values leave it unset (beyond None)."""
+
+    condition: Callable[[Any], sa.ColumnElement[bool]]
+    bind: Callable[[Any], Any] = lambda value: value.value if isinstance(value, Enum) else value
+    unset: Callable[[Any], bool] = lambda _value: False
+    expanding: bool = False
+
+
+def _set_fields(
+    source: object, table: dict[str, FieldSql | None], names: tuple[str, ...]
+) -> list[tuple[str, Any]]:
+    """`(name, bound value)` of each field of `source` that has SQL and is set, in `names` order."""
+    values = []
+    for name in names:
+        entry = table[name]
+        value = getattr(source, name)
+        if entry is not None and value is not None and not entry.unset(value):
+            values.append((name, entry.bind(value)))
+    return values
+
+
+# One entry per field of `Audience` (a test checks it), in the order of its fields.
+# `without_subject` is None here: it is part of the statement's shape (`subject_id IS NULL`).
+AUDIENCE_SQL: dict[str, FieldSql | None] = {
+    "scopes": FieldSql(M.scope.in_, _values_of, expanding=True),
+    "source_agent_id": FieldSql(lambda p: M.source_agent_id == p),
+    "organization_id": FieldSql(lambda p: M.organization_id == p),
+    "subject_id": FieldSql(lambda p: M.subject_id == p),
+    "room_member_user_id": FieldSql(
+        lambda p: M.chat_room_id.in_(
+            sa.select(chat_participants.c.chat_room_id).where(
+                chat_participants.c.participant_id == p
+            )
+        )
+    ),
+    "source_agent_owner_id": FieldSql(
+        lambda p: M.source_agent_id.in_(sa.select(agents.c.id).where(agents.c.owner_id == p))
+    ),
+    "chat_room_id": FieldSql(lambda p: M.chat_room_id == p),
+    "without_subject": None,
+}
+AUDIENCE_FIELDS = tuple(field.name for field in fields(Audience))
+
+
+def audience_values(audience: Audience) -> list[tuple[str, Any]]:
+    """The fields an audience pins, in the order of its fields, as bound values."""
+    return _set_fields(audience, AUDIENCE_SQL, AUDIENCE_FIELDS)
+
+
+# One entry per field of `Filters` (a test checks it), in the order of its fields. `search` is
+# None here: the backend's full-text hook matches it, per audience.
+FILTER_SQL: dict[str, FieldSql | None] = {
+    "statuses": FieldSql(
+        M.status.in_, _values_of, unset=lambda value: len(value) >= len(Status), expanding=True
+    ),
+    "system": FieldSql(lambda p: M.system == p),
+    "type": FieldSql(lambda p: M.type == p),
+    "segment": FieldSql(lambda p: M.segment == p),
+    "subject_id": FieldSql(lambda p: M.subject_id == p),
+    "source_agent_id": FieldSql(lambda p: M.source_agent_id == p),
+    "chat_room_id": FieldSql(lambda p: M.chat_room_id == p),
+    "memory_id": FieldSql(lambda p: M.id == p),
+    "search": None,
+}
+
+
+def filter_values(query: MemoryQuery) -> list[tuple[str, Any]]:
+    """The narrowing filters a query sets, in the order of `Filters`' fields, as bound values."""
+    return _set_fields(query, FILTER_SQL, FILTER_NAMES)

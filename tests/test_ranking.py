@@ -1,0 +1,123 @@
+"""The search seam: full-text relevance order, its `(score, id)` cursors, on every backend."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+from fastapi.testclient import TestClient
+
+from mnemos.domain.accounts import hash_key
+from mnemos.domain.memories import AgentListParams, MemoryService
+from mnemos.domain.models import AgentContext
+from mnemos.domain.pagination import CursorCodec, Position, RankPosition
+from mnemos.domain.queries import Audience, Filters, MemoryQuery, Order
+from mnemos.domain.search import parse_search
+from mnemos.errors import InvalidPagination, MnemosError
+from mnemos.storage.base import Store
+from tests.api.test_band_agent import listed
+from tests.api.test_band_agent import store as put
+from tests.world import Actor, World
+
+TEXTS = [
+    "green tea in the morning",
+    "tea, tea and more tea: always tea",
+    "a long note about the office, the plants, the printer and, once, tea with the staff",
+    "coffee only, never anything else",
+]
+
+
+@pytest.fixture
+def service(store: Store) -> MemoryService:
+    return MemoryService(store, CursorCodec(b"k" * 32))
+
+
+def context(store: Store, actor: Actor) -> AgentContext:
+    ctx = store.agent_by_key(hash_key(actor.api_key))
+    assert ctx is not None
+    return ctx
+
+
+def filters(text: str) -> Filters:
+    return Filters(search=parse_search(text, 500))
+
+
+@pytest.fixture
+def agent(client: TestClient, world: World) -> Actor:
+    agent = world.agent(world.user("Ranker", "ranking"))
+    for text in TEXTS:
+        put(client, agent, text, scope="organization")
+    return agent
+
+
+def test_best_first_with_scores(store: Store, service: MemoryService, agent: Actor) -> None:
+    page = service.search_as_agent(context(store, agent), AgentListParams(), filters("tea"), 10)
+    contents = [ranked.memory.content for ranked in page.items]
+    assert contents[0] == TEXTS[1]  # the most occurrences ranks first on both backends
+    assert set(contents) == set(TEXTS[:3])
+    scores = [ranked.score for ranked in page.items]
+    assert scores == sorted(scores, reverse=True) and scores[-1] > 0
+    assert page.meta == {"has_more": False, "limit": 10, "next_cursor": None}
+
+
+def test_rank_cursor_walks_the_same_order(
+    store: Store, service: MemoryService, agent: Actor
+) -> None:
+    ctx, params = context(store, agent), AgentListParams(memory_scope="org", scope="all")
+    whole = service.search_as_agent(ctx, params, filters("tea"), 10).items
+    walked, cursor = [], None
+    while True:
+        page = service.search_as_agent(ctx, params, filters("tea"), 1, cursor)
+        walked += page.items
+        cursor = page.meta["next_cursor"]
+        if cursor is None:
+            break
+    assert [r.memory.id for r in walked] == [r.memory.id for r in whole]
+    assert len(whole) == 3  # in two audiences (organization and own), counted once
+
+
+def test_ranking_keeps_visibility(
+    client: TestClient, store: Store, service: MemoryService, world: World, agent: Actor
+) -> None:
+    other = world.agent(world.user("Other", "ranking"))
+    put(client, other, "tea tea tea tea, private", scope="agent")
+    put(client, other, "tea for the organization", scope="organization")
+    page = service.search_as_agent(
+        context(store, agent), AgentListParams(memory_scope="org"), filters("tea"), 10
+    )
+    contents = {ranked.memory.content for ranked in page.items}
+    assert "tea for the organization" in contents
+    assert "tea tea tea tea, private" not in contents
+
+
+def test_newest_first_lists_are_unchanged(client: TestClient, agent: Actor) -> None:
+    assert listed(client, agent, content_query="tea") == [TEXTS[2], TEXTS[1], TEXTS[0]]
+
+
+def test_cursor_kinds_do_not_mix() -> None:
+    codec = CursorCodec(b"k" * 32)
+    ranked = codec.encode_rank(RankPosition(1.5, uuid.UUID(int=1)))
+    assert codec.decode_rank(ranked) == RankPosition(1.5, uuid.UUID(int=1))
+    with pytest.raises(InvalidPagination):
+        codec.decode(ranked)
+    newest = codec.encode(Position(datetime(2026, 1, 1, tzinfo=UTC), uuid.UUID(int=2)))
+    with pytest.raises(InvalidPagination):
+        codec.decode_rank(newest)
+
+
+def test_orders_and_stores_refuse_each_other(store: Store) -> None:
+    audience = (Audience(organization_id=uuid.UUID(int=3)),)
+    with pytest.raises(ValueError):
+        MemoryQuery(audiences=audience, order=Order.RELEVANCE)
+    ranked = filters("tea").within(audience, Order.RELEVANCE)
+    with pytest.raises(ValueError):
+        store.list_memories(ranked, limit=1)
+    with pytest.raises(ValueError):
+        store.rank_memories(replace(ranked, order=Order.NEWEST), limit=1)
+
+
+def test_relevance_needs_a_search(store: Store, service: MemoryService, agent: Actor) -> None:
+    with pytest.raises(MnemosError):
+        service.search_as_agent(context(store, agent), AgentListParams(), Filters(), 10)
