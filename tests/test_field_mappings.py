@@ -2,7 +2,8 @@
 
 Adding a field to `Memory` must be matched by a column of the same name (and a migration) and,
 unless it is listed below as internal, by `MemoryOut`; a field the client sends must also be in
-`MemoryCreate` and `MemoryDraft`. Each intentional difference is listed here, with its reason.
+`MemoryDraft` (the store request's schema). Each intentional difference is listed here, with
+its reason.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import orjson
 
 from mnemos.api.responses import JSONResponse
-from mnemos.api.schemas import MemoryCreate, MemoryOut, memory_json
+from mnemos.api.schemas import MemoryOut, StoreMemoryRequest, memory_json
 from mnemos.domain.ids import iso, utcnow, uuid7
 from mnemos.domain.memories import MemoryDraft
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
@@ -55,7 +56,7 @@ def test_every_public_memory_field_is_in_the_response_schema() -> None:
 
 def test_the_store_request_is_the_draft_and_the_draft_is_part_of_a_memory() -> None:
     draft_fields = [field.name for field in dataclasses.fields(MemoryDraft)]
-    assert list(MemoryCreate.model_fields) == draft_fields
+    assert StoreMemoryRequest.model_fields["memory"].annotation is MemoryDraft
     assert set(draft_fields) == set(MEMORY_FIELDS) - set(SERVER_SET)
 
 

@@ -41,7 +41,7 @@ def store_memory(
     Send an `Idempotency-Key` to make retries safe: the same key and body within 24 hours returns
     the memory the first request stored.
     """
-    memory = svc.memories.store_as_agent(ctx, body.memory.draft(), idempotency_key)
+    memory = svc.memories.store_as_agent(ctx, body.memory, idempotency_key)
     return data(memory_json(memory), status=201)
 
 

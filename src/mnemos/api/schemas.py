@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mnemos.domain.accounts import IssuedAgent
 from mnemos.domain.ids import iso
 from mnemos.domain.memories import MemoryDraft
-from mnemos.domain.models import Agent, Memory, MemoryType, Scope, Segment, System, User
+from mnemos.domain.models import Agent, Memory, User
 from mnemos.domain.values import METADATA_RULE
 
 
@@ -35,27 +35,10 @@ class ErrorEnvelope(BaseModel):
     error: ErrorBody
 
 
-class MemoryCreate(BaseModel):
-    """A memory as `band-client-rest` sends it in `{"memory": {...}}`."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    content: str = Field(max_length=1_000_000)
-    thought: str = Field(max_length=1_000_000)
-    system: System
-    type: MemoryType
-    segment: Segment
-    scope: Scope | None = None
-    subject_id: uuid.UUID | None = None
-    chat_room_id: uuid.UUID | None = None
-    metadata: dict[str, Any] | None = Field(default=None, description=METADATA_RULE)
-
-    def draft(self) -> MemoryDraft:
-        """The validated request as the domain's draft: the same fields, by name."""
-        return MemoryDraft(**dict(self))
-
-
 class StoreMemoryRequest(BaseModel):
+    """A memory as `band-client-rest` sends it, `{"memory": {...}}`: the domain's `MemoryDraft`
+    itself, so the request's fields are declared once (unknown fields are ignored)."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
@@ -73,7 +56,7 @@ class StoreMemoryRequest(BaseModel):
         }
     )
 
-    memory: MemoryCreate
+    memory: MemoryDraft = Field(description=f"The memory to store. `metadata`: {METADATA_RULE}")
 
 
 class MemoryOut(BaseModel):
