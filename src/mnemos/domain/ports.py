@@ -17,6 +17,9 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
+import numpy as np
+from numpy.typing import NDArray
+
 from mnemos.domain.models import (
     Agent,
     AgentContext,
@@ -299,4 +302,24 @@ class TuyaStore(Protocol):
 
         >>> store.remember_tuya_signature("ab12", soon), store.remember_tuya_signature("ab12", soon)
         (True, False)
+        """
+
+
+class Embedder(Protocol):
+    """Turns texts into vectors for recall by meaning (`mnemos.embedding` implements it).
+
+    Vectors are float32, L2-normalised (cosine similarity is a dot product), one row per text.
+    `model` names the model and its version: every stored vector records it, so a change of
+    model is detected and `mnemos reindex` re-embeds.
+    """
+
+    model: str
+    dimensions: int
+
+    @abc.abstractmethod
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """An array of shape (len(texts), dimensions), one L2-normalised row per text, in order.
+
+        >>> embedder.embed(["aisle seats", "window seats"]).shape
+        (2, 384)
         """
