@@ -19,15 +19,11 @@ from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain.accounts import issue_token
 from mnemos.storage.base import Store
+from tests.api.identity import AUDIENCE, ISSUER, bearer, serving, write_jwks
 from tests.api.test_band_agent import BASE, error, listed, store
 from tests.world import World
 
 ME = "/api/v1/me"
-ISSUER, AUDIENCE = "https://idp.example.test/", "mnemos-test"
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_a_person_rotates_their_key(client: TestClient, world: World) -> None:
@@ -113,12 +109,7 @@ def test_agents_per_person_are_capped(settings: Settings, store: Store, world: W
 
 @pytest.fixture
 def idp_file(tmp_path: Path) -> tuple[rsa.RSAPrivateKey, Path]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
-    jwk.update({"kid": "rsa1", "use": "sig"})
-    path = tmp_path / "jwks.json"
-    path.write_text(json.dumps({"keys": [jwk]}))
-    return key, path
+    return write_jwks(tmp_path, "rsa1")
 
 
 def b64(value: dict[str, Any]) -> str:
@@ -175,32 +166,12 @@ def test_malformed_external_tokens_are_401(
 def test_malformed_tokens_through_a_jwks_url(
     settings: Settings, store: Store, world: World, idp_file: tuple[Any, Path]
 ) -> None:
-    import http.server
-    import threading
-
-    body = idp_file[1].read_bytes()
-
-    class Jwks(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the handler's API
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Jwks)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
-    configured = settings.model_copy(
-        update={"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwks_url": url}
-    )
     ann = world.user("Ann", "acme")
-    try:
+    with serving(idp_file[1]) as url:
+        configured = settings.model_copy(
+            update={"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwks_url": url}
+        )
         with TestClient(create_app(configured, store)) as client:
             for name, token in malformed(ann.id).items():
                 response = client.get(f"{ME}/profile", headers=bearer(token))
                 assert response.status_code == 401, (name, response.text)
-    finally:
-        server.shutdown()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from pathlib import Path
@@ -17,15 +16,11 @@ from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain.accounts import JWT_SECRET_NAME, issue_token
 from mnemos.storage.base import Store
+from tests.api.identity import AUDIENCE, ISSUER, bearer, serving, write_jwks
 from tests.api.test_band_agent import error
 from tests.world import World
 
 ME = "/api/v1/me/profile"
-ISSUER, AUDIENCE = "https://idp.example.test/", "mnemos-test"
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_mnemos_issued_tokens(client: TestClient, world: World, store: Store) -> None:
@@ -53,11 +48,7 @@ def test_mnemos_issued_tokens(client: TestClient, world: World, store: Store) ->
 
 @pytest.fixture
 def idp(tmp_path: Path) -> dict[str, Any]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
-    jwk.update({"kid": "k1", "use": "sig", "alg": "RS256"})
-    path = tmp_path / "jwks.json"
-    path.write_text(json.dumps({"keys": [jwk]}))
+    key, path = write_jwks(tmp_path, "k1", alg="RS256")
     return {"key": key, "path": path}
 
 
@@ -105,31 +96,13 @@ def test_external_provider_by_jwks_url(
     settings: Settings, store: Store, world: World, idp: dict[str, Any]
 ) -> None:
     """The keys come from the provider's JWKS endpoint (a local HTTP server here)."""
-    import http.server
-    import threading
-
-    body = idp["path"].read_bytes()
-
-    class Jwks(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the handler's API
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Jwks)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/.well-known/jwks.json"
-    configured = settings.model_copy(
-        update={"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwks_url": url}
-    )
     ann = world.user("Ann", "acme")
     now = int(time.time())
     claims = {"sub": ann.id, "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 60}
-    try:
+    with serving(idp["path"]) as url:
+        configured = settings.model_copy(
+            update={"jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, "jwks_url": url}
+        )
         with TestClient(create_app(configured, store)) as client:
             good = jwt.encode(claims, idp["key"], algorithm="RS256", headers={"kid": "k1"})
             assert client.get(ME, headers=bearer(good)).json()["data"]["id"] == ann.id
@@ -138,5 +111,3 @@ def test_external_provider_by_jwks_url(
             assert client.get(ME, headers=bearer(bad)).status_code == 401
             unknown_kid = jwt.encode(claims, idp["key"], algorithm="RS256", headers={"kid": "nope"})
             assert client.get(ME, headers=bearer(unknown_kid)).status_code == 401
-    finally:
-        server.shutdown()
