@@ -1,0 +1,66 @@
+"""The embedding worker: every server process embeds queued memories in a background thread.
+
+A stored memory is queued in the transaction that stores it (migration 0010); the first idle
+worker of any process claims it for a minute, embeds it and saves its vector. A process killed
+mid-batch loses nothing: its claims expire and another worker (or the same, restarted) takes
+them. See docs/search.md, "Write path".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from mnemos.domain.ports import Embedder, VectorStore
+from mnemos.domain.recall import embed_pending
+
+log = logging.getLogger("mnemos")
+
+IDLE_SECONDS = 0.1  # how often an idle worker looks at the queue
+ERROR_SECONDS = 2.0  # the pause after a failed batch (a down embedding service, a busy database)
+BATCH = 32
+
+
+class Indexer:
+    """Embeds queued memories in a daemon thread until `stop`."""
+
+    def __init__(self, store: VectorStore, embedder: Embedder, batch: int = BATCH):
+        self.store = store
+        self.embedder = embedder
+        self.batch = batch
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mnemos-indexer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                done = embed_pending(self.store, self.embedder, self.batch)
+            except Exception:  # keep the worker alive; the batch's claim expires and is retried
+                log.exception("embedding queued memories failed")
+                self._stop.wait(ERROR_SECONDS)
+                continue
+            if done == 0:
+                self._stop.wait(IDLE_SECONDS)
+
+
+def drain(store: VectorStore, embedder: Embedder, batch: int = BATCH) -> int:
+    """Embed until the queue is empty, waiting out other workers' claims; how many this call
+    embedded."""
+    embedded = 0
+    while True:
+        done = embed_pending(store, embedder, batch)
+        embedded += done
+        if done == 0:
+            if store.vector_backlog() == 0:
+                return embedded
+            time.sleep(0.05)  # another worker holds the rest
