@@ -130,6 +130,13 @@ class StorageUnavailable(MnemosError):
     status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
 
 
+class EmbedderUnavailable(MnemosError):
+    """The embedder could not turn texts into vectors (`MNEMOS_EMBEDDER`): its endpoint failed
+    or answered something unusable, or the local model could not be loaded."""
+
+    status, code, default_message = 503, "embedder_unavailable", "The embedder is unavailable"
+
+
 def invalid_field(field: str, problem: str) -> ValidationFailed:
     """A `validation_failed` error that names the offending field."""
     return ValidationFailed(f"Invalid value for {field}: {problem}", details={field: problem})
