@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from mnemos.domain.ports import Embedder, VectorStore
 from mnemos.domain.recall import embed_pending
@@ -53,13 +54,20 @@ class Indexer:
                 self._stop.wait(IDLE_SECONDS)
 
 
-def drain(store: VectorStore, embedder: Embedder, batch: int = BATCH) -> int:
+def drain(
+    store: VectorStore,
+    embedder: Embedder,
+    batch: int = BATCH,
+    progress: Callable[[int], object] | None = None,
+) -> int:
     """Embed until the queue is empty, waiting out other workers' claims; how many this call
-    embedded."""
+    embedded (`progress` is told each batch's count)."""
     embedded = 0
     while True:
         done = embed_pending(store, embedder, batch)
         embedded += done
+        if progress is not None and done:
+            progress(done)
         if done == 0:
             if store.vector_backlog() == 0:
                 return embedded

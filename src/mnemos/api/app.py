@@ -31,6 +31,7 @@ from mnemos.domain.superagent import SuperagentMemories
 from mnemos.domain.tokens import TokenVerifier
 from mnemos.domain.tuya import TuyaMemories
 from mnemos.domain.tuya_auth import TuyaAuth
+from mnemos.embedding import embedder_from_settings
 from mnemos.errors import StorageUnavailable
 from mnemos.indexer import Indexer
 from mnemos.ratelimit import build_limiters
@@ -65,13 +66,21 @@ def build_services(
     )
 
 
+class _FromSettings:
+    """Build the embedder `MNEMOS_EMBEDDER` names (when the app starts)."""
+
+
+FROM_SETTINGS = _FromSettings()
+
+
 def create_app(
     settings: Settings | None = None,
     store: Store | None = None,
-    embedder: Embedder | None = None,
+    embedder: Embedder | None | _FromSettings = FROM_SETTINGS,
 ) -> FastAPI:
-    """A Mnemos app over an already migrated database; with an embedder, it searches by meaning
-    and embeds stored memories in a background thread (`mnemos.indexer`)."""
+    """A Mnemos app over an already migrated database; with an embedder (by default the one the
+    settings name), it searches by meaning and embeds stored memories in a background thread
+    (`mnemos.indexer`)."""
     settings = settings or load_settings()
     owns_store = store is None
 
@@ -79,8 +88,11 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Blocking work (every synchronous route and dependency) runs in this many threads.
         to_thread.current_default_thread_limiter().total_tokens = settings.resolved_worker_threads()
-        app.state.services = build_services(settings, store, embedder)
-        indexer = Indexer(app.state.services.store, embedder) if embedder is not None else None
+        chosen = (
+            embedder_from_settings(settings) if isinstance(embedder, _FromSettings) else embedder
+        )
+        app.state.services = build_services(settings, store, chosen)
+        indexer = Indexer(app.state.services.store, chosen) if chosen is not None else None
         if indexer is not None:
             indexer.start()
         yield
