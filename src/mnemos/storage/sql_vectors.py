@@ -131,9 +131,12 @@ class VectorsSql(SqlBase):
                 M.pk > after, M.pk <= keys[-1], ~sa.exists(embedded), ~sa.exists(queued)
             )
             with self._write() as conn:
-                total += conn.execute(
-                    vector_queue.insert().from_select(["memory_pk"], pending)
-                ).rowcount
+                inserted = conn.execute(
+                    vector_queue.insert()
+                    .from_select(["memory_pk"], pending)
+                    .returning(Q.memory_pk)
+                )
+                total += len(inserted.all())
             after = keys[-1]
         with self._write() as conn:
             conn.execute(vector_chunks.delete().where(C.model != model))
