@@ -9,6 +9,7 @@ them. See docs/search.md, "Write path".
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ log = logging.getLogger("mnemos")
 IDLE_SECONDS = 0.1  # how often an idle worker looks at the queue
 ERROR_SECONDS = 2.0  # the pause after a failed batch (a down embedding service, a busy database)
 BATCH = 32
+NICENESS = 10
 
 
 class Indexer:
@@ -43,6 +45,12 @@ class Indexer:
             self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        # Embedding is background work: on a busy machine the request threads go first (Linux
+        # keeps a nice value per thread; the embedder should run in this thread: one CPU thread).
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+        except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
+            pass
         while not self._stop.is_set():
             try:
                 done = embed_pending(self.store, self.embedder, self.batch)

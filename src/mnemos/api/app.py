@@ -88,11 +88,15 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Blocking work (every synchronous route and dependency) runs in this many threads.
         to_thread.current_default_thread_limiter().total_tokens = settings.resolved_worker_threads()
-        chosen = (
-            embedder_from_settings(settings) if isinstance(embedder, _FromSettings) else embedder
-        )
+        background = chosen = embedder
+        if isinstance(embedder, _FromSettings):
+            chosen = embedder_from_settings(settings)
+            # The worker's own instance, on one CPU thread of its own (run at low priority).
+            one_thread = settings.model_copy(update={"embedder_threads": 1})
+            background = embedder_from_settings(one_thread) if chosen is not None else None
+        assert not isinstance(chosen, _FromSettings) and not isinstance(background, _FromSettings)
         app.state.services = build_services(settings, store, chosen)
-        indexer = Indexer(app.state.services.store, chosen) if chosen is not None else None
+        indexer = Indexer(app.state.services.store, background) if background else None
         if indexer is not None:
             indexer.start()
         yield
