@@ -417,13 +417,21 @@ def measure_vectors(
             "GET", search, big, {"query": vectors.QUESTION, "mode": "semantic"}
         ),
         "semantic, org-wide": Call(
-            "GET", search, big, {"query": vectors.QUESTION, "mode": "semantic", "memory_scope": "org"}
+            "GET",
+            search,
+            big,
+            {"query": vectors.QUESTION, "mode": "semantic", "memory_scope": "org"},
         ),
         "semantic, org-wide, filter matching nothing": Call(
             "GET",
             search,
             big,
-            {"query": vectors.QUESTION, "mode": "semantic", "memory_scope": "org", "segment": "tool"},
+            {
+                "query": vectors.QUESTION,
+                "mode": "semantic",
+                "memory_scope": "org",
+                "segment": "tool",
+            },
         ),
         f"hybrid '{COMMON}' (10%), one agent": Call("GET", search, big, {"query": COMMON}),
         f"hybrid '{COMMON}' (10%), org-wide": Call(
@@ -434,7 +442,8 @@ def measure_vectors(
         ),
     }
     results: dict[str, Any] = {}
-    for name, call in paths.items():
+    for name, plain in paths.items():
+        call = Call(plain.method, plain.path, plain.key, plain.params, plain.store, refusable=True)
         one, eight = load(call, 1), load(call, 8)
         results[name] = {"1 client": one.__dict__, "8 clients": eight.__dict__}
         print(

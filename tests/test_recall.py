@@ -354,7 +354,8 @@ def test_bad_input_is_a_clear_422(
         headers=acme["writer"].headers,
     )
     assert response.status_code == 422, response.text
-    assert response.json()["error"]["code"] in {"validation_failed", "subject_id_required"}
+    codes = {"validation_failed", "invalid_pagination", "subject_id_required"}
+    assert response.json()["error"]["code"] in codes
 
 
 def test_search_needs_a_key(app_client: TestClient) -> None:

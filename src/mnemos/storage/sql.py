@@ -217,10 +217,10 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
         )
 
     def _checked(
-        self, query: MemoryQuery, with_rows: bool
+        self, query: MemoryQuery, with_rows: bool, candidates: bool = True
     ) -> tuple[sa.Select[Any], dict[str, Any]]:
         params = self._list_params(query, None)
-        shape = (*self._shape("checked", query, params), with_rows)
+        shape = (*self._shape("checked", query, params), with_rows, candidates)
         statement = self._statements.get(shape)
         if statement is None:
             visible = sa.or_(
@@ -229,11 +229,11 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
                     for index in range(len(query.audiences))
                 )
             )
-            if with_rows:
-                candidates: sa.BindParameter[Any] = sa.bindparam("candidates", expanding=True)
-                statement = sa.select(M.pk, *MEMORY_COLUMNS).where(M.pk.in_(candidates), visible)
-            else:
-                statement = sa.select(M.pk).where(visible)
+            columns = (M.pk, *MEMORY_COLUMNS) if with_rows else (M.pk,)
+            statement = sa.select(*columns).where(visible)
+            if candidates:
+                among: sa.BindParameter[Any] = sa.bindparam("candidates", expanding=True)
+                statement = statement.where(M.pk.in_(among))
             self._remember(shape, statement)
         return statement, params
 

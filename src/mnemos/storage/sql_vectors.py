@@ -25,7 +25,6 @@ from numpy.typing import NDArray
 from sqlalchemy.engine import Connection
 
 from mnemos.domain.ids import utcnow
-from mnemos.domain.models import Memory
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.search import Ranked
 from mnemos.storage.rows import to_memory
@@ -75,10 +74,11 @@ class VectorsSql(SqlBase):
 
     @abc.abstractmethod
     def _checked(
-        self, query: MemoryQuery, with_rows: bool
+        self, query: MemoryQuery, with_rows: bool, candidates: bool = True
     ) -> tuple[sa.Select[Any], dict[str, Any]]:
-        """The query's audiences and filters as one statement: `(pk, *MEMORY_COLUMNS)` of the
-        memories among the bound `candidates` (`with_rows`), or the pks of all its memories."""
+        """The query's audiences and filters as one statement over the memories whose pk is in
+        the bound `candidates` (unless `candidates` is False: all of them), selecting
+        `(pk, *MEMORY_COLUMNS)` (`with_rows`) or the pk."""
 
     # --- the queue -------------------------------------------------------------------------
 
@@ -132,9 +132,7 @@ class VectorsSql(SqlBase):
             )
             with self._write() as conn:
                 inserted = conn.execute(
-                    vector_queue.insert()
-                    .from_select(["memory_pk"], pending)
-                    .returning(Q.memory_pk)
+                    vector_queue.insert().from_select(["memory_pk"], pending).returning(Q.memory_pk)
                 )
                 total += len(inserted.all())
             after = keys[-1]
@@ -235,33 +233,38 @@ class VectorsSql(SqlBase):
             if len(pks) == 0:
                 return []
             order = _best(pks, scores, max(4 * limit, 64))
-            found = self._recheck(conn, query, pks[order], scores[order])
+            found = self._recheck(conn, query, pks[order], scores[order], limit)
             if len(found) < limit and len(order) < len(pks):
                 # The filters keep few of the owners' memories: ask which, score only those.
-                statement, params = self._checked(query, with_rows=False)
+                statement, params = self._checked(query, with_rows=False, candidates=False)
                 allowed = np.fromiter(conn.execute(statement, params).scalars(), dtype=np.int64)
                 keep = np.isin(pks, allowed)
                 order = _best(pks[keep], scores[keep], limit)
-                found = self._recheck(conn, query, pks[keep][order], scores[keep][order])
+                found = self._recheck(conn, query, pks[keep][order], scores[keep][order], limit)
         return found[:limit]
 
     def _recheck(
-        self, conn: Connection, query: MemoryQuery, pks: NDArray[np.int64], scores: Any
+        self, conn: Connection, query: MemoryQuery, pks: NDArray[np.int64], scores: Any, limit: int
     ) -> list[Ranked]:
-        """The candidates (best first) that the query returns, with their scores."""
+        """The best `limit` candidates (best first) that the query returns, with their scores:
+        which pass is asked by key (cheap), then only the winners' rows are read."""
         if len(pks) == 0:
             return []
-        statement, params = self._checked(query, with_rows=True)
+        keys, params = self._checked(query, with_rows=False)
         params["candidates"] = [int(pk) for pk in pks]
-        rows: dict[int, Memory] = {
-            row[0]: to_memory(row[1:]) for row in conn.execute(statement, params)
-        }
-        ranked, seen = [], set()
+        passed = set(conn.execute(keys, params).scalars())
+        best: dict[int, float] = {}
         for pk, score in zip(pks.tolist(), scores.tolist(), strict=True):
-            if pk in rows and pk not in seen:
-                seen.add(pk)
-                ranked.append(Ranked(rows[pk], float(score)))
-        return ranked
+            if pk in passed and pk not in best:
+                best[pk] = float(score)
+                if len(best) == limit:
+                    break
+        if not best:
+            return []
+        statement, params = self._checked(query, with_rows=True)
+        params["candidates"] = list(best)
+        rows = {row[0]: to_memory(row[1:]) for row in conn.execute(statement, params)}
+        return [Ranked(rows[pk], score) for pk, score in best.items() if pk in rows]
 
     def _owners(self, conn: Connection, audiences: Iterable[Audience]) -> set[str]:
         """The owner keys whose vectors hold every memory of the audiences (a superset)."""
