@@ -1,7 +1,7 @@
 """The embedding worker: every server process embeds queued memories in a background thread.
 
 A stored memory is queued in the transaction that stores it (migration 0010); the first idle
-worker of any process claims it for a minute, embeds it and saves its vector. A process killed
+worker of any process claims it for 30 s, embeds it and saves its vector. A process killed
 mid-batch loses nothing: its claims expire and another worker (or the same, restarted) takes
 them. See docs/search.md, "Write path".
 """

@@ -34,7 +34,7 @@ log = logging.getLogger("mnemos")
 
 RRF_K = 60
 MAX_LIMIT = 50
-EMBED_LEASE = timedelta(seconds=60)
+EMBED_LEASE = timedelta(seconds=30)
 
 
 class SearchMode(StrEnum):
