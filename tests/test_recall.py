@@ -386,3 +386,53 @@ def test_content_query_mode_hybrid_ranks_the_list(
             "/api/v1/agent/memories", params={"content_query": "seats"}, headers=writer.headers
         ).json()
         assert [row["id"] for row in body["data"]][-1] == best
+
+
+def test_the_sweep_drops_deleted_vectors_from_sealed_chunks(
+    store: Store, embedder: Embedder, acme: dict[str, Actor]
+) -> None:
+    import uuid as uuid_module
+
+    import sqlalchemy as sa
+
+    from mnemos.domain.ids import utcnow, uuid7
+    from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+    from mnemos.storage.schema import memories, vector_chunks
+    from mnemos.storage.sql_vectors import CHUNK_ROWS
+
+    agent = uuid_module.UUID(acme["writer"].id)
+    now = utcnow()
+    made = [
+        Memory(
+            id=uuid7(),
+            content=f"note {i} about seats",
+            thought="t",
+            system=System.LONG_TERM,
+            type=MemoryType.SEMANTIC,
+            segment=Segment.USER,
+            scope=Scope.AGENT,
+            subject_id=None,
+            organization_id=None,
+            source_agent_id=agent,
+            chat_room_id=None,
+            metadata={},
+            status=Status.ACTIVE,
+            inserted_at=now,
+            updated_at=now,
+        )
+        for i in range(CHUNK_ROWS + 10)
+    ]
+    store.replace_memories(made, [], now)
+    drain(store, embedder)
+    gone = [m.id for m in made[:5]]
+    store.delete_memories(gone)
+    position = store.compact_vectors(None, 1)
+    while position is not None:
+        position = store.compact_vectors(position, 1)
+    with store._read() as conn:  # type: ignore[attr-defined]
+        pks = conn.execute(sa.select(memories.c.pk).where(memories.c.id.in_(gone))).all()
+        assert pks == []  # deleted; now check no chunk holds their old keys
+        blobs = conn.execute(sa.select(vector_chunks.c.pks, vector_chunks.c.rows)).all()
+    held = {int(pk) for blob, _ in blobs for pk in np.frombuffer(bytes(blob), dtype="<i8")}
+    assert blobs and all(rows == len(bytes(blob)) // 8 for blob, rows in blobs)
+    assert len(held) == CHUNK_ROWS - 5  # the sealed chunk lost exactly the five deleted ones

@@ -23,6 +23,7 @@ IDLE_SECONDS = 0.1  # how often an idle worker looks at the queue
 ERROR_SECONDS = 2.0  # the pause after a failed batch (a down embedding service, a busy database)
 BATCH = 32
 NICENESS = 10
+SWEEP_CHUNKS = 4
 
 
 class Indexer:
@@ -34,6 +35,7 @@ class Indexer:
         self.batch = batch
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._swept: tuple[str, int] | None = None  # where the sweep of deleted vectors is
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="mnemos-indexer", daemon=True)
@@ -59,7 +61,16 @@ class Indexer:
                 self._stop.wait(ERROR_SECONDS)
                 continue
             if done == 0:
+                self._sweep()
                 self._stop.wait(IDLE_SECONDS)
+
+    def _sweep(self) -> None:
+        """While idle, rewrite a few chunks without the vectors of deleted memories: the whole
+        layout is swept every `chunks / SWEEP_CHUNKS × IDLE_SECONDS` (1M memories: ~4 min)."""
+        try:
+            self._swept = self.store.compact_vectors(self._swept, SWEEP_CHUNKS)
+        except Exception:
+            log.exception("sweeping deleted vectors failed")
 
 
 def drain(

@@ -219,6 +219,63 @@ class VectorsSql(SqlBase):
             )
             conn.execute(vector_tail.delete().where(T.owner == owner, T.memory_pk.in_(pks)))
 
+    def compact_vectors(self, after: tuple[str, int] | None, chunks: int) -> tuple[str, int] | None:
+        """Rewrite the next `chunks` chunks after `after` (by owner, seq) without the vectors of
+        memories deleted since they were sealed; the position reached, or None past the last."""
+        position = sa.true() if after is None else sa.tuple_(C.owner, C.seq) > sa.tuple_(*after)
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(C.owner, C.seq, C.pks)
+                .where(position)
+                .order_by(C.owner, C.seq)
+                .limit(chunks)
+            ).all()
+            if not rows:
+                return None
+            pks = {row[0]: np.frombuffer(bytes(row[2]), dtype="<i8") for row in rows}
+            wanted = [int(pk) for array in pks.values() for pk in array]
+            alive = set(
+                conn.execute(sa.select(V.memory_pk).where(V.memory_pk.in_(wanted))).scalars()
+            )
+        for owner, seq, blob in rows:
+            keys = np.frombuffer(bytes(blob), dtype="<i8")
+            if all(int(pk) in alive for pk in keys):
+                continue
+            with self._write() as conn:
+                self._drop_dead(conn, owner, seq)
+        return rows[-1][0], rows[-1][1]
+
+    def _drop_dead(self, conn: Connection, owner: str, seq: int) -> None:
+        """Rewrite one chunk without the vectors whose memory is gone (read again inside the
+        write, so a concurrent compaction or delete is seen)."""
+        chunk = conn.execute(
+            sa.select(C.pks, C.scales, C.vectors).where(C.owner == owner, C.seq == seq)
+        ).first()
+        if chunk is None:
+            return
+        keys = np.frombuffer(bytes(chunk[0]), dtype="<i8")
+        alive = set(
+            conn.execute(
+                sa.select(V.memory_pk).where(V.memory_pk.in_([int(pk) for pk in keys]))
+            ).scalars()
+        )
+        keep = np.asarray([int(pk) in alive for pk in keys], dtype=bool)
+        if not keep.any():
+            conn.execute(vector_chunks.delete().where(C.owner == owner, C.seq == seq))
+            return
+        scales = np.frombuffer(bytes(chunk[1]), dtype="<f4")
+        vectors = np.frombuffer(bytes(chunk[2]), dtype=np.int8).reshape(len(keys), -1)
+        conn.execute(
+            vector_chunks.update()
+            .where(C.owner == owner, C.seq == seq)
+            .values(
+                rows=int(keep.sum()),
+                pks=keys[keep].tobytes(),
+                scales=scales[keep].tobytes(),
+                vectors=vectors[keep].tobytes(),
+            )
+        )
+
     # --- searching -------------------------------------------------------------------------
 
     def nearest_memories(
