@@ -29,9 +29,16 @@ SWEEP_CHUNKS = 4
 class Indexer:
     """Embeds queued memories in a daemon thread until `stop`."""
 
-    def __init__(self, store: VectorStore, embedder: Embedder, batch: int = BATCH):
+    def __init__(
+        self,
+        store: VectorStore,
+        embedder: Embedder | Callable[[], Embedder | None],
+        batch: int = BATCH,
+    ):
+        """`embedder`, or a function that builds it: then it is built in the worker's thread,
+        so a server answers before its worker's model is loaded."""
         self.store = store
-        self.embedder = embedder
+        self._embedder = embedder
         self.batch = batch
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -53,9 +60,12 @@ class Indexer:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
         except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
             pass
+        embedder = self._embedder() if callable(self._embedder) else self._embedder
+        if embedder is None:
+            return
         while not self._stop.is_set():
             try:
-                done = embed_pending(self.store, self.embedder, self.batch)
+                done = embed_pending(self.store, embedder, self.batch)
             except Exception:  # keep the worker alive; the batch's claim expires and is retried
                 log.exception("embedding queued memories failed")
                 self._stop.wait(ERROR_SECONDS)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from anyio import to_thread
 from fastapi import Depends, FastAPI
@@ -88,13 +89,16 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Blocking work (every synchronous route and dependency) runs in this many threads.
         to_thread.current_default_thread_limiter().total_tokens = settings.resolved_worker_threads()
-        background = chosen = embedder
         if isinstance(embedder, _FromSettings):
             chosen = embedder_from_settings(settings)
-            # The worker's own instance, on one CPU thread of its own (run at low priority).
+            # The worker's own instance, on one CPU thread (run at low priority), built in the
+            # worker's thread once the server answers.
             one_thread = settings.model_copy(update={"embedder_threads": 1})
-            background = embedder_from_settings(one_thread) if chosen is not None else None
-        assert not isinstance(chosen, _FromSettings) and not isinstance(background, _FromSettings)
+            background: Embedder | Callable[[], Embedder | None] | None = (
+                partial(embedder_from_settings, one_thread) if chosen is not None else None
+            )
+        else:
+            chosen = background = embedder
         app.state.services = build_services(settings, store, chosen)
         indexer = Indexer(app.state.services.store, background) if background else None
         if indexer is not None:
