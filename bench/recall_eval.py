@@ -173,14 +173,17 @@ def store_all(http: httpx.Client, memories: list[str]) -> None:
         response = http.post(
             AGENT,
             json={
-                "content": content,
-                "thought": "recall evaluation",
-                "system": "long_term",
-                "type": "semantic",
-                "segment": "fact",
+                "memory": {
+                    "content": content,
+                    "thought": "recall evaluation",
+                    "system": "long_term",
+                    "type": "semantic",
+                    "segment": "user",
+                }
             },
         )
-        response.raise_for_status()
+        if response.status_code not in (200, 201):
+            raise RuntimeError(f"store refused: {response.status_code} {response.text}")
 
 
 def api_search(http: httpx.Client, mode: str) -> Callable[[str], list[str]] | None:
