@@ -97,7 +97,7 @@ class Server:
             command, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT
         )
         STARTED.append(self.process)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # loading the local model is slow on a busy machine
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited with {self.process.returncode}")
