@@ -398,7 +398,10 @@ def _score_parts(
         scales = np.frombuffer(b"".join(p[1] for p in group), dtype="<f4")
         matrix = np.frombuffer(b"".join(p[2] for p in group), dtype=np.int8).reshape(-1, dims)
         pk_parts.append(pks)
-        score_parts.append((matrix.astype(np.float32) @ probe) * scales)
+        # einsum, not `@`: a matrix-vector product this small is not worth BLAS's threads, which
+        # spin and starve the server's own threads on a busy machine (measured: 1 ms vs 250 ms
+        # for 10,000 vectors with the machine loaded).
+        score_parts.append(np.einsum("ij,j->i", matrix.astype(np.float32), probe) * scales)
         group, rows = [], 0
     if not pk_parts:
         return np.empty(0, np.int64), np.empty(0, np.float32)
