@@ -284,7 +284,10 @@ class VectorsSql(SqlBase):
         if not query.audiences or limit <= 0:
             return []
         probe = np.asarray(vector, dtype=np.float32).reshape(-1)
-        with self._read() as conn, self._search_budget(conn):
+        # No search budget here: the cost is bounded by the owners' sizes, not by the query's
+        # words, and the statements are key lookups (a watchdog interrupt that lands while
+        # numpy scores would hit the next statement instead).
+        with self._read() as conn:
             owners = self._owners(conn, query.audiences)
             pks, scores = self._scores(conn, owners, model, probe)
             if len(pks) == 0:
