@@ -436,3 +436,42 @@ def test_the_sweep_drops_deleted_vectors_from_sealed_chunks(
     held = {int(pk) for blob, _ in blobs for pk in np.frombuffer(bytes(blob), dtype="<i8")}
     assert blobs and all(rows == len(bytes(blob)) // 8 for blob, rows in blobs)
     assert len(held) == CHUNK_ROWS - 5  # the sealed chunk lost exactly the five deleted ones
+
+
+def test_mnemos_reindex_embeds_what_waits_and_is_resumable(tmp_path: Any) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from mnemos.storage import migrate, open_store
+
+    url = f"sqlite:///{tmp_path / 'reindex.db'}"
+    settings = Settings(database_url=url, embedder="none")
+    migrate(settings)
+    opened = open_store(settings)
+    world = World(opened)
+    agent = world.agent(world.user("Ann", "acme"))
+    with TestClient(create_app(settings, opened, None)) as plain:
+        put(plain, agent, AISLE)
+        put(plain, agent, OTHERS[0])
+    assert opened.vector_backlog() == 2
+    env = {**os.environ, "MNEMOS_DATABASE_URL": url, "MNEMOS_EMBEDDER": "local"}
+
+    def reindex() -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "mnemos", "reindex"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+    first = reindex()
+    assert first["embedded"] == 2 and first["model"] == "all-MiniLM-L6-v2-int8"
+    assert opened.vector_backlog() == 0
+    assert reindex() == {**first, "queued": 0, "embedded": 0}  # nothing left to do
+    opened.close()
