@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -41,6 +42,10 @@ class Settings(BaseSettings):
     # Wall-clock time one search statement may take before it is stopped with 422
     # `search_too_expensive` (SQLite: interrupted by a watchdog; PostgreSQL: statement_timeout).
     search_budget_ms: int = Field(default=1000, ge=1, le=60_000)
+    # What Band's `content_query` does to a memory list: `filter` (the documented meaning: the
+    # matches, newest first, every page) or `hybrid` (the best matches by keyword and meaning,
+    # best first, one ranked page of at most 100: docs/search.md, "content_query").
+    content_query_mode: Literal["filter", "hybrid"] = "filter"
     sqlite_synchronous: str = "FULL"
     db_pool_size: int = Field(default=8, ge=1, le=200)
     # Threads that run blocking work (routes, database calls) per process; 0 = by backend (see

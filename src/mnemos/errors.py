@@ -117,6 +117,15 @@ class SearchTooExpensive(MnemosError):
     )
 
 
+class SemanticSearchDisabled(MnemosError):
+    """A search by meaning on a server with no embedder (`MNEMOS_EMBEDDER=none`)."""
+
+    status, code = 422, "semantic_search_disabled"
+    default_message = (
+        "This server has no embedder (MNEMOS_EMBEDDER=none): use mode=keyword or mode=hybrid"
+    )
+
+
 class StorageUnavailable(MnemosError):
     status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
 
