@@ -22,7 +22,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from bench.recall_eval import load_pairs
-from mnemos.embedding.local import LocalEmbedder, _tokenizer
+from mnemos.embedding.local import MAX_TOKENS, LocalEmbedder
+from mnemos.embedding.wordpiece import WordPiece
 
 F32 = NDArray[np.float32]
 
@@ -116,14 +117,13 @@ def main() -> None:
     reference_tokenizer = Tokenizer.from_file(str(args.model_dir / "tokenizer.json"))
     reference_tokenizer.no_padding()
     reference_tokenizer.enable_truncation(max_length=256)
-    ours = _tokenizer()
-    ours.no_padding()
+    ours = WordPiece.bundled(MAX_TOKENS)
 
     pairs, distractors = load_pairs()
     memories = [p["memory"] for p in pairs] + distractors
     questions = [p["question"] for p in pairs]
     texts = memories + questions
-    same_tokens = sum(reference_tokenizer.encode(t).ids == ours.encode(t).ids for t in texts)
+    same_tokens = sum(reference_tokenizer.encode(t).ids == ours.encode(t) for t in texts)
 
     if args.cache and args.cache.exists():
         reference = np.load(args.cache)

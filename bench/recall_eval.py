@@ -186,18 +186,38 @@ def store_all(http: httpx.Client, memories: list[str]) -> None:
             raise RuntimeError(f"store refused: {response.status_code} {response.text}")
 
 
-def api_search(http: httpx.Client, mode: str) -> Callable[[str], list[str]] | None:
-    """The server's search API in `mode`, or None when the server has no such API or mode."""
+def api_search(http: httpx.Client, mode: str) -> tuple[Callable[[str], list[str]] | None, str]:
+    """The server's search API in `mode`, or None and why when the server cannot search so."""
     probe = http.get(f"{AGENT}/search", params={"query": "probe", "mode": mode, "limit": K})
     if probe.status_code != 200:
-        return None
+        return None, f"search API unavailable (HTTP {probe.status_code})"
 
     def search(question: str) -> list[str]:
         response = http.get(f"{AGENT}/search", params={"query": question, "mode": mode, "limit": K})
+        if response.status_code == 422:  # keyword: too many words or too expensive: nothing found
+            return []
         response.raise_for_status()
         return [item["content"] for item in response.json()["data"]]
 
-    return search
+    return search, f"search API mode={mode}"
+
+
+def wait_indexed(http: httpx.Client, memories: list[str], seconds: float = 900) -> float | None:
+    """Wait until every memory is found by meaning (the server embeds in the background);
+    None when the server has no semantic search, else the seconds waited."""
+    began = time.monotonic()
+    for content in reversed(memories):
+        while True:
+            params = {"query": content, "mode": "semantic", "limit": 1}
+            response = http.get(f"{AGENT}/search", params=params)
+            if response.status_code != 200:
+                return None
+            if [item["content"] for item in response.json()["data"]] == [content]:
+                break
+            if time.monotonic() - began > seconds:
+                raise RuntimeError(f"not searchable by meaning after {seconds} s: {content!r}")
+            time.sleep(0.5)
+    return round(time.monotonic() - began, 1)
 
 
 def list_keyword(http: httpx.Client) -> Callable[[str], list[str]]:
@@ -294,6 +314,7 @@ def main() -> None:
     memories = [p["memory"] for p in pairs] + distractors
     sharing = sum(bool(content_words(p["question"]) & content_words(p["memory"])) for p in pairs)
     modes: dict[str, Any] = {}
+    waited: float | None = None
     direct = semantic_direct(memories)
     modes["semantic-direct"] = {
         "how": "local embedder + numpy exact cosine",
@@ -305,13 +326,13 @@ def main() -> None:
         with server as (base, key):
             with httpx.Client(base_url=base, headers={"X-API-Key": key}, timeout=30) as http:
                 store_all(http, memories)
+                waited = wait_indexed(http, memories)
                 for mode in ("keyword", "semantic", "hybrid"):
-                    search = api_search(http, mode)
-                    how = f"search API mode={mode}"
+                    search, how = api_search(http, mode)
                     if search is None and mode == "keyword":
                         search, how = list_keyword(http), "Band list content_query"
                     if search is None:
-                        modes[mode] = {"how": "no search API on this server"}
+                        modes[mode] = {"how": how}
                         continue
                     modes[mode] = {"how": how, **score(pairs, search)}
 
@@ -327,6 +348,7 @@ def main() -> None:
         "pairs": len(pairs),
         "memories": len(memories),
         "share_sharing_a_word": round(sharing / len(pairs), 3),
+        "seconds_until_all_searchable_by_meaning": waited,
         "modes": modes,
     }
     args.out.mkdir(parents=True, exist_ok=True)
