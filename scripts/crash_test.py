@@ -97,7 +97,7 @@ class Server:
             command, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT
         )
         STARTED.append(self.process)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # loading the local model is slow on a busy machine
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited with {self.process.returncode}")
@@ -187,12 +187,37 @@ def verify(server: Server, key: str, ledger: Ledger) -> dict[str, Any]:
             token = content.rsplit("token", 1)[1]
             found = http.get(BASE, params={"content_query": f"token{token}"}).json()["data"]
             unsearchable += [m["id"] for m in found] != [ident]
+        # Recall by meaning: every acknowledged memory was queued with it, so once the server's
+        # embedding worker has emptied the queue, each one is found by its own text.
+        drained = wait_for_embeddings(server.url)
+        by_meaning = 0
+        for ident, content in sample:
+            params = {"query": content, "mode": "semantic", "limit": 1}
+            found = http.get(f"{BASE}/search", params=params).json()["data"]
+            by_meaning += [m["id"] for m in found] != [ident]
     return {
         "missing": missing,
         "changed": changed,
         "unsearchable_in_sample": unsearchable,
+        "embedding_queue_drained": drained,
+        "unsearchable_by_meaning_in_sample": by_meaning,
         "integrity": integrity(server.url),
     }
+
+
+def wait_for_embeddings(url: str, seconds: float = 600) -> bool:
+    """Wait until no memory waits to be embedded (the server's worker drains the queue)."""
+    engine = sa.create_engine(url if url.startswith("sqlite") else driver_url(url))
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                if not conn.exec_driver_sql("SELECT count(*) FROM vector_queue").scalar_one():
+                    return True
+            time.sleep(0.2)
+        return False
+    finally:
+        engine.dispose()
 
 
 def integrity(url: str) -> str:
@@ -378,7 +403,13 @@ def main() -> int:
         else:
             result = diskfull_test(work)
     print(json.dumps(result))  # noqa: T201
-    failed = result["missing"] or result["changed"] or result["unsearchable_in_sample"]
+    failed = (
+        result["missing"]
+        or result["changed"]
+        or result["unsearchable_in_sample"]
+        or result.get("unsearchable_by_meaning_in_sample")
+        or result.get("embedding_queue_drained") is False
+    )
     failed = failed or not str(result["integrity"]).startswith("ok")
     if args.test == "sigterm":
         failed = failed or result["exit_code"] != 0 or result["cut_mid_response"]

@@ -66,7 +66,14 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
-    return Settings(database_url=database_url, sqlite_synchronous="NORMAL", rate_limit_per_minute=0)
+    # No embedder unless a test asks for one (tests/test_recall.py): the local model and its
+    # background worker would only slow the other tests down.
+    return Settings(
+        database_url=database_url,
+        sqlite_synchronous="NORMAL",
+        rate_limit_per_minute=0,
+        embedder="none",
+    )
 
 
 @pytest.fixture

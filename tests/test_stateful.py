@@ -29,6 +29,8 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precon
 from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain import accounts
+from mnemos.embedding import load_embedder
+from mnemos.indexer import drain
 from mnemos.storage import migrate, open_store
 from tests.reference import M, Model
 from tests.world import memory_body
@@ -40,6 +42,10 @@ AGENT = "/api/v1/agent/memories"
 HUMAN = "/api/v1/me/memories"
 DEVICES = ["dev-a", "dev-b"]
 KEYS = ["sys.memoryAge", "sys.memoryInterests"]
+EMBEDDER = load_embedder("local")
+QUERIES = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=60).filter(
+    str.strip
+)
 
 
 def tuya_headers(
@@ -81,7 +87,7 @@ class Worlds(RuleBasedStateMachine):
             sqlite_synchronous="OFF",
         )
         self.store = open_store(self.settings)
-        self.client = TestClient(create_app(self.settings, self.store))
+        self.client = TestClient(create_app(self.settings, self.store, EMBEDDER))
         self.client.__enter__()
         self.model = Model()
         self.keys: dict[str, str] = {}
@@ -356,6 +362,37 @@ class Worlds(RuleBasedStateMachine):
             return
         assert answer["success"] is True, answer
         self.model.tuya_delete(org, device, keys, role)
+
+    # --- searches ---------------------------------------------------------------------
+
+    @rule(
+        who=st.one_of(agents, people),
+        text=QUERIES,
+        mode=st.sampled_from(["semantic", "hybrid", "keyword"]),
+        org_wide=st.booleans(),
+    )
+    def search(self, who: str, text: str, mode: str, org_wide: bool) -> None:
+        """Whatever the query, a search answers a subset of the same actor's list; by meaning,
+        once every memory is embedded, all of it (up to the limit)."""
+        human = who in self.people_list
+        if not human and who not in self.model.owner:
+            return  # a deleted agent: its key is refused everywhere
+        drain(self.store, EMBEDDER)
+        url = HUMAN if human else AGENT
+        params: dict[str, Any] = {}
+        if org_wide and not human and self.model.org_of[who] is not None:
+            params = {"memory_scope": "org", "scope": "all"}
+        query = {"query": text, "mode": mode, "limit": 50, "status": "all", **params}
+        response = self.client.get(f"{url}/search", params=query, headers=self._headers(who))
+        if mode == "keyword" and response.status_code == 422:
+            assert response.json()["error"]["code"] == "validation_failed"  # no words, too many
+            return
+        assert response.status_code == 200, response.text
+        found = [row["content"] for row in response.json()["data"]]
+        listed = self._walk(url, who, **params)
+        assert len(found) == len(set(found)) and set(found) <= listed
+        if mode == "semantic":
+            assert len(found) == min(50, len(listed))
 
     # --- the views ----------------------------------------------------------------------
 

@@ -106,6 +106,28 @@ def migrate(database_url: str | None) -> None:
     _emit({"ok": True, "database": _redacted(settings)})
 
 
+@main.command()
+@database_option
+@click.option("--batch", default=64, show_default=True, type=click.IntRange(1, 1024))
+def reindex(database_url: str | None, batch: int) -> None:
+    """Embed every memory with no vector of the current model (MNEMOS_EMBEDDER): memories
+    stored before recall by meaning, or under another model. Resumable: the work is a queue in
+    the database, so running it again (or any server) carries on where it stopped."""
+    from mnemos.embedding import embedder_from_settings
+    from mnemos.indexer import drain
+
+    settings = load_settings(database_url=database_url)
+    embedder = embedder_from_settings(settings)
+    if embedder is None:
+        raise click.UsageError("MNEMOS_EMBEDDER is 'none': there is nothing to embed with")
+    with _admin_store(database_url) as store:
+        queued = store.queue_for_model(embedder.model, batch=10_000)
+        total = store.vector_backlog()
+        with click.progressbar(length=total, label="embedding", file=sys.stderr) as bar:
+            embedded = drain(store, embedder, batch, bar.update)
+    _emit({"ok": True, "model": embedder.model, "queued": queued, "embedded": embedded})
+
+
 @main.group()
 def admin() -> None:
     """Operator commands; each prints one JSON object."""

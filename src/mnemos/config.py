@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -41,6 +42,10 @@ class Settings(BaseSettings):
     # Wall-clock time one search statement may take before it is stopped with 422
     # `search_too_expensive` (SQLite: interrupted by a watchdog; PostgreSQL: statement_timeout).
     search_budget_ms: int = Field(default=1000, ge=1, le=60_000)
+    # What Band's `content_query` does to a memory list: `filter` (the documented meaning: the
+    # matches, newest first, every page) or `hybrid` (the best matches by keyword and meaning,
+    # best first, one ranked page of at most 100: docs/search.md, "content_query").
+    content_query_mode: Literal["filter", "hybrid"] = "filter"
     sqlite_synchronous: str = "FULL"
     db_pool_size: int = Field(default=8, ge=1, le=200)
     # Threads that run blocking work (routes, database calls) per process; 0 = by backend (see
@@ -62,6 +67,20 @@ class Settings(BaseSettings):
     jwt_audience: str = ""
     jwks_url: str = ""
     jwks_file: Path | None = None
+    # Recall by meaning (docs/search.md): `local` (the bundled all-MiniLM-L6-v2, offline), `none`
+    # (keyword search only), or the http(s) URL of an OpenAI-compatible embeddings endpoint
+    # (Ollama, vLLM, TEI; `/v1/embeddings` is appended unless the path already names it).
+    embedder: str = "local"
+    # The model name sent to an embeddings endpoint (required with a URL; the local model is fixed).
+    embedder_model: str = ""
+    # Bearer token for the embeddings endpoint, if it needs one.
+    embedder_api_key: str = Field(default="", repr=False)
+    # The endpoint's vector size; 0 = ask it once at startup.
+    embedder_dimensions: int = Field(default=0, ge=0, le=8192)
+    # Seconds one call to the embeddings endpoint may take.
+    embedder_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    # CPU threads the local embedder uses per process (shared by all requests of the process).
+    embedder_threads: int = Field(default=2, ge=1, le=64)
 
     @field_validator("jwt_secret")
     @classmethod
@@ -69,6 +88,16 @@ class Settings(BaseSettings):
         if value and len(value.encode()) < MIN_SECRET_BYTES:
             raise ValueError(f"must be at least {MIN_SECRET_BYTES} bytes")
         return value
+
+    @field_validator("embedder")
+    @classmethod
+    def _known_embedder(cls, value: str) -> str:
+        value = value.strip()
+        if value.lower() in {"local", "none"}:
+            return value.lower()
+        if value.lower().startswith(("http://", "https://")):
+            return value
+        raise ValueError("must be 'local', 'none' or the http(s) URL of an embeddings endpoint")
 
     @field_validator("sqlite_synchronous")
     @classmethod

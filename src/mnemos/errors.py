@@ -117,8 +117,24 @@ class SearchTooExpensive(MnemosError):
     )
 
 
+class SemanticSearchDisabled(MnemosError):
+    """A search by meaning on a server with no embedder (`MNEMOS_EMBEDDER=none`)."""
+
+    status, code = 422, "semantic_search_disabled"
+    default_message = (
+        "This server has no embedder (MNEMOS_EMBEDDER=none): use mode=keyword or mode=hybrid"
+    )
+
+
 class StorageUnavailable(MnemosError):
     status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
+
+
+class EmbedderUnavailable(MnemosError):
+    """The embedder could not turn texts into vectors (`MNEMOS_EMBEDDER`): its endpoint failed
+    or answered something unusable, or the local model could not be loaded."""
+
+    status, code, default_message = 503, "embedder_unavailable", "The embedder is unavailable"
 
 
 def invalid_field(field: str, problem: str) -> ValidationFailed:

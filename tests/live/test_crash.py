@@ -42,6 +42,8 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def test_kill_9_loses_nothing_acknowledged(database: str) -> None:
     result = crash("kill", "--kills", "3", "--writers", "3", "--database-url", database)
     assert result["acknowledged"] > 0 and result["missing"] == result["changed"] == 0
+    # Every acknowledged memory is found by meaning once the restarted server has embedded it.
+    assert result["embedding_queue_drained"] and result["unsearchable_by_meaning_in_sample"] == 0
 
 
 def test_sigterm_drains_in_flight_requests(database: str) -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from anyio import to_thread
 from fastapi import Depends, FastAPI
@@ -24,12 +25,16 @@ from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.pagination import CursorCodec
+from mnemos.domain.ports import Embedder
+from mnemos.domain.recall import Recall
 from mnemos.domain.rooms import RoomService
 from mnemos.domain.superagent import SuperagentMemories
 from mnemos.domain.tokens import TokenVerifier
 from mnemos.domain.tuya import TuyaMemories
 from mnemos.domain.tuya_auth import TuyaAuth
+from mnemos.embedding import embedder_from_settings
 from mnemos.errors import StorageUnavailable
+from mnemos.indexer import Indexer
 from mnemos.ratelimit import build_limiters
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
@@ -37,10 +42,18 @@ from mnemos.storage.base import Store
 CURSOR_SECRET = "cursor-hmac"
 
 
-def build_services(settings: Settings, store: Store | None = None) -> Services:
+def build_services(
+    settings: Settings, store: Store | None = None, embedder: Embedder | None = None
+) -> Services:
     store = store or open_store(settings)
     codec = CursorCodec(store.secret(CURSOR_SECRET))
-    memories = MemoryService(store, codec, max_content_chars=settings.max_content_chars)
+    memories = MemoryService(
+        store,
+        codec,
+        max_content_chars=settings.max_content_chars,
+        recall=Recall(store, embedder, settings.max_query_chars),
+        rank_content_query=settings.content_query_mode == "hybrid",
+    )
     return Services(
         settings=settings,
         store=store,
@@ -54,8 +67,21 @@ def build_services(settings: Settings, store: Store | None = None) -> Services:
     )
 
 
-def create_app(settings: Settings | None = None, store: Store | None = None) -> FastAPI:
-    """A Mnemos app over an already migrated database."""
+class _FromSettings:
+    """Build the embedder `MNEMOS_EMBEDDER` names (when the app starts)."""
+
+
+FROM_SETTINGS = _FromSettings()
+
+
+def create_app(
+    settings: Settings | None = None,
+    store: Store | None = None,
+    embedder: Embedder | None | _FromSettings = FROM_SETTINGS,
+) -> FastAPI:
+    """A Mnemos app over an already migrated database; with an embedder (by default the one the
+    settings name), it searches by meaning and embeds stored memories in a background thread
+    (`mnemos.indexer`)."""
     settings = settings or load_settings()
     owns_store = store is None
 
@@ -63,8 +89,23 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Blocking work (every synchronous route and dependency) runs in this many threads.
         to_thread.current_default_thread_limiter().total_tokens = settings.resolved_worker_threads()
-        app.state.services = build_services(settings, store)
+        if isinstance(embedder, _FromSettings):
+            chosen = embedder_from_settings(settings)
+            # The worker's own instance, on one CPU thread (run at low priority), built in the
+            # worker's thread once the server answers.
+            one_thread = settings.model_copy(update={"embedder_threads": 1})
+            background: Embedder | Callable[[], Embedder | None] | None = (
+                partial(embedder_from_settings, one_thread) if chosen is not None else None
+            )
+        else:
+            chosen = background = embedder
+        app.state.services = build_services(settings, store, chosen)
+        indexer = Indexer(app.state.services.store, background) if background else None
+        if indexer is not None:
+            indexer.start()
         yield
+        if indexer is not None:
+            indexer.stop()
         if owns_store:
             app.state.services.store.close()
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Header, Query
 
 from mnemos.api.deps import Services, agent_caller, services
-from mnemos.api.params import ListQuery, list_query
-from mnemos.api.responses import JSONResponse, data, errors, memory_page
+from mnemos.api.params import ListQuery, SearchRequest, list_query, search_request
+from mnemos.api.responses import JSONResponse, data, errors, memory_page, search_answer
 from mnemos.api.routing import MnemosRoute
 from mnemos.api.schemas import (
     AgentMeEnvelope,
     MemoryEnvelope,
     MemoryList,
+    MemorySearchList,
     StoreMemoryRequest,
     agent_json,
     memory_json,
@@ -66,6 +67,35 @@ def list_memories(
         subject_id=parse_uuid(subject_id, "subject_id") if subject_id is not None else None,
     )
     return memory_page(svc.memories.list_as_agent(ctx, params, query.filters, query.page))
+
+
+@router.get(
+    "/memories/search",
+    response_model=MemorySearchList,
+    responses=errors(401, 403, 422),
+    summary="Search memories by keyword and meaning",
+)
+def search_memories(
+    ctx: AgentContext = Depends(agent_caller),
+    search: SearchRequest = Depends(search_request),
+    memory_scope: Whose = Query("me", description="Whose memories"),
+    scope: ScopeFilter | None = Query(None),
+    subject_id: str | None = Query(None),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """The memories of the list with the same `memory_scope`, `scope` and filters, best first
+    for `query`: `hybrid` fuses keyword and meaning, `semantic` ranks by meaning only (422
+    `semantic_search_disabled` when the server has no embedder), `keyword` by words only.
+    A Mnemos extension: Band has no search route."""
+    params = AgentListParams(
+        memory_scope=memory_scope,
+        scope=scope,
+        subject_id=parse_uuid(subject_id, "subject_id") if subject_id is not None else None,
+    )
+    found = svc.memories.recall_as_agent(
+        ctx, params, search.filters, search.text, search.mode, search.limit
+    )
+    return search_answer(found)
 
 
 @router.get(

@@ -8,8 +8,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Response
 
 from mnemos.api.deps import Services, services, user_caller
-from mnemos.api.params import ListQuery, list_query
-from mnemos.api.responses import JSONResponse, data, errors, memory_page
+from mnemos.api.params import ListQuery, SearchRequest, list_query, search_request
+from mnemos.api.responses import JSONResponse, data, errors, memory_page, search_answer
 from mnemos.api.routing import MnemosRoute
 from mnemos.api.schemas import (
     AgentRegisterRequest,
@@ -21,6 +21,7 @@ from mnemos.api.schemas import (
     TokensRevokedEnvelope,
     UserMemoryEnvelope,
     UserMemoryList,
+    UserMemorySearchList,
     credentials_json,
     deleted_agent_json,
     memory_json,
@@ -69,6 +70,33 @@ def list_memories(
     )
     result, shown = svc.human.page_with_display(ctx, params, query.filters, query.page)
     return memory_page(result, _displayed(result.items, shown))
+
+
+@router.get(
+    "/memories/search",
+    response_model=UserMemorySearchList,
+    responses=errors(401, 403, 422),
+    summary="Search memories for current user by keyword and meaning",
+)
+def search_memories(
+    ctx: UserContext = Depends(user_caller),
+    search: SearchRequest = Depends(search_request),
+    scope: HumanView = Query("all"),
+    chat_room_id: str | None = Query(None),
+    source_agent_id: str | None = Query(None),
+    svc: Services = Depends(services),
+) -> JSONResponse:
+    """The memories of your list with the same `scope` and filters, best first for `query`
+    (modes as the agent search). A Mnemos extension: Band has no search route."""
+    params = HumanListParams(
+        scope=scope,
+        chat_room_id=parse_uuid(chat_room_id, "chat_room_id") if chat_room_id else None,
+        source_agent_id=parse_uuid(source_agent_id, "source_agent_id") if source_agent_id else None,
+    )
+    found, shown = svc.human.recall(
+        ctx, params, search.filters, search.text, search.mode, search.limit
+    )
+    return search_answer(found, _displayed([r.memory for r in found.items], shown))
 
 
 def _one(svc: Services, ctx: UserContext, memory: Memory) -> JSONResponse:

@@ -10,6 +10,7 @@ from mnemos.api.deps import Services, services
 from mnemos.domain.models import MemoryType, Segment, System, parse_enum
 from mnemos.domain.pagination import PageRequest, parse_page
 from mnemos.domain.queries import Filters, status_filter
+from mnemos.domain.recall import MAX_LIMIT, SearchMode
 from mnemos.domain.search import parse_search
 
 
@@ -78,4 +79,35 @@ async def list_query(
     return ListQuery(
         page=page_request(svc, cursor, limit, page, page_size),
         filters=list_filters(svc, system, type, segment, status, content_query),
+    )
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A search's text, mode, size and list filters, parsed."""
+
+    text: str
+    mode: SearchMode
+    limit: int
+    filters: Filters
+
+
+async def search_request(
+    query: str = Query(description="What to look for: words, or a question in plain language"),
+    mode: SearchMode = Query(
+        SearchMode.HYBRID, description="hybrid (keyword and meaning fused), semantic or keyword"
+    ),
+    limit: int = Query(10, ge=1, le=MAX_LIMIT, description=f"1-{MAX_LIMIT}, default 10"),
+    system: str | None = Query(None, description="sensory, working or long_term"),
+    type: str | None = Query(None, description="Memory type (valid for the system)"),
+    segment: str | None = Query(None, description="user, agent, tool or guideline"),
+    status: str | None = Query(None, description="active, superseded, archived or all"),
+    svc: Services = Depends(services),
+) -> SearchRequest:
+    """The query parameters both search routes share (declare it after the caller's auth)."""
+    return SearchRequest(
+        text=svc.memories.recall.check_text(query),
+        mode=mode,
+        limit=limit,
+        filters=list_filters(svc, system, type, segment, status, None),
     )

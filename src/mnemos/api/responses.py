@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from mnemos.api.schemas import ErrorEnvelope, memory_json
 from mnemos.domain.memories import MemoryPage
 from mnemos.domain.pagination import SUNSET
+from mnemos.domain.recall import Recalled
 
 log = logging.getLogger("mnemos")
 
@@ -52,6 +53,14 @@ def memory_page(page: MemoryPage, rows: list[dict[str, Any]] | None = None) -> J
         response.headers["Deprecation"] = "true"
         response.headers["Sunset"] = SUNSET
     return response
+
+
+def search_answer(found: Recalled, rows: list[dict[str, Any]] | None = None) -> JSONResponse:
+    """A search answer: `data` best first, each memory with its `score`, and `meta`."""
+    if rows is None:
+        rows = [memory_json(ranked.memory) for ranked in found.items]
+    scored = [{**row, "score": r.score} for row, r in zip(rows, found.items, strict=True)]
+    return JSONResponse({"data": scored, "meta": found.meta})
 
 
 # orjson's limits: integers from -2^63 to 2^64-1, 255 levels of nesting (this leaves room for

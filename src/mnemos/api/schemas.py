@@ -348,3 +348,33 @@ def deleted_agent_json(agent: Agent) -> dict[str, Any]:
         "description": agent.description,
         "executions_deleted": 0,
     }
+
+
+# --- search (docs/search.md) -------------------------------------------------------------------
+
+
+class SearchMeta(BaseModel):
+    mode: str = Field(
+        description="The mode that ranked the answer (`keyword` when hybrid fell back)"
+    )
+    limit: int
+    requested_mode: str | None = Field(None, description="Set when the mode asked for was not used")
+    fallback: str | None = Field(None, description="Why the requested mode was not used")
+
+
+class ScoredMemoryOut(MemoryOut):
+    score: float = Field(description="Higher is better; comparable only within one answer")
+
+
+class MemorySearchList(BaseModel):
+    data: list[ScoredMemoryOut]
+    meta: SearchMeta
+
+
+class ScoredUserMemoryOut(UserMemoryOut):
+    score: float = Field(description="Higher is better; comparable only within one answer")
+
+
+class UserMemorySearchList(BaseModel):
+    data: list[ScoredUserMemoryOut]
+    meta: SearchMeta

@@ -15,6 +15,7 @@ from mnemos.domain.pagination import PageRequest
 from mnemos.domain.people import actor_of, sees_agent, sees_user
 from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
 from mnemos.domain.queries import Filters
+from mnemos.domain.recall import Recalled, SearchMode
 from mnemos.domain.visibility import (
     MAX_BRANCHES,
     Reach,
@@ -57,6 +58,27 @@ class HumanMemoryService:
             source_agent_id=params.source_agent_id,
         )
         return self.memories.page(query, request)
+
+    def recall(
+        self,
+        ctx: UserContext,
+        params: HumanListParams,
+        filters: Filters,
+        text: str,
+        mode: SearchMode,
+        limit: int,
+    ) -> tuple[Recalled, dict[uuid.UUID, dict[str, Any]]]:
+        """`GET /api/v1/me/memories/search`: the list of `params` and `filters`, the best `limit`
+        for `text` by `mode`, with display fields read from the same state of the data."""
+        require_memory_plan(ctx.user, ctx.organization)
+        query = filters.within(
+            human_audiences(ctx, params.scope, self.reach(ctx)),
+            chat_room_id=params.chat_room_id,
+            source_agent_id=params.source_agent_id,
+        )
+        with self.store.snapshot():
+            found = self.memories.recall.search(query, text, mode, limit)
+            return found, self.display_fields(ctx, [r.memory for r in found.items])
 
     def page_with_display(
         self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest

@@ -35,8 +35,9 @@ from mnemos.domain.pagination import (
     cursor_meta,
     offset_meta,
 )
-from mnemos.domain.ports import MemoryStore, RoomStore
+from mnemos.domain.ports import MemoryStore, RoomStore, VectorStore
 from mnemos.domain.queries import Filters, MemoryQuery, Order
+from mnemos.domain.recall import Recall, Recalled, SearchMode, query_words
 from mnemos.domain.search import Ranked, Ranker
 from mnemos.domain.values import check_metadata, check_text
 from mnemos.domain.visibility import (
@@ -58,6 +59,7 @@ from mnemos.errors import (
 )
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
+RANKED_LIST_CAP = 100
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
@@ -130,25 +132,36 @@ class AgentListParams:
     subject_id: uuid.UUID | None = None
 
 
-class MemoryServiceStore(MemoryStore, RoomStore, Protocol):
-    """Memories, and a member's role in a room (rooms widen who may write)."""
+class MemoryServiceStore(MemoryStore, RoomStore, VectorStore, Protocol):
+    """Memories, a member's role in a room (rooms widen who may write), and memory vectors."""
 
 
 class MemoryService:
     """The memory rules over one store."""
 
     def __init__(
-        self, store: MemoryServiceStore, codec: CursorCodec, *, max_content_chars: int = 10_000
+        self,
+        store: MemoryServiceStore,
+        codec: CursorCodec,
+        *,
+        max_content_chars: int = 10_000,
+        recall: Recall | None = None,
+        rank_content_query: bool = False,
     ):
         self.store = store
         self.ranker: Ranker = store  # full-text relevance; semantic search brings its own
         self.codec = codec
         self.max_content_chars = max_content_chars
+        self.recall = recall or Recall(store, None)
+        # MNEMOS_CONTENT_QUERY_MODE=hybrid: a list with a content_query ranks by relevance.
+        self.rank_content_query = rank_content_query
 
     # --- shared ----------------------------------------------------------------------------
 
     def page(self, query: MemoryQuery, request: PageRequest) -> MemoryPage:
         """Run a query for one page of either pagination family."""
+        if self.rank_content_query and query.search is not None:
+            return self._relevance_page(query, request)
         if isinstance(request, OffsetPage):
             with self.store.snapshot():  # the total counts the same state the page shows
                 items = list(
@@ -166,6 +179,20 @@ class MemoryService:
             last = items[-1]
             next_cursor = self.codec.encode(Position(last.inserted_at, last.id))
         return MemoryPage(items, cursor_meta(request, next_cursor), deprecated=False)
+
+    def _relevance_page(self, query: MemoryQuery, request: PageRequest) -> MemoryPage:
+        """A `content_query` list ranked by hybrid search (MNEMOS_CONTENT_QUERY_MODE=hybrid): the
+        best `RANKED_LIST_CAP` matches at most, best first; a cursor page is the first page of
+        them (no next cursor), an offset page a slice of them."""
+        assert query.search is not None
+        text = query_words(query.search)
+        if isinstance(request, OffsetPage):
+            depth = min(request.offset + request.page_size, RANKED_LIST_CAP)
+            found = self.recall.search(query, text, SearchMode.HYBRID, depth).items
+            items = [r.memory for r in found[request.offset : request.offset + request.page_size]]
+            return MemoryPage(items, offset_meta(request, len(found)), deprecated=True)
+        found = self.recall.search(query, text, SearchMode.HYBRID, request.limit).items
+        return MemoryPage([r.memory for r in found], cursor_meta(request, None), deprecated=False)
 
     def ranked_page(self, query: MemoryQuery, limit: int, cursor: str | None) -> RankedPage:
         """One page of a relevance-ordered query, best first, continued by a `(score, id)`
@@ -271,6 +298,20 @@ class MemoryService:
             raise invalid_field("content_query", "is required to rank by relevance")
         query = replace(self.agent_query(ctx, params, filters), order=Order.RELEVANCE)
         return self.ranked_page(query, limit, cursor)
+
+    def recall_as_agent(
+        self,
+        ctx: AgentContext,
+        params: AgentListParams,
+        filters: Filters,
+        text: str,
+        mode: SearchMode,
+        limit: int,
+    ) -> Recalled:
+        """`GET /api/v1/agent/memories/search`: the agent list of `params` and `filters`, the
+        best `limit` for `text` by `mode` (docs/search.md)."""
+        require_memory_plan(ctx.owner, ctx.organization)
+        return self.recall.search(self.agent_query(ctx, params, filters), text, mode, limit)
 
     @staticmethod
     def agent_can_read(ctx: AgentContext, memory: Memory) -> bool:

@@ -305,6 +305,48 @@ class TuyaStore(Protocol):
         """
 
 
+class VectorStore(Protocol):
+    """Memory vectors for recall by meaning (docs/search.md): the queue of memories to embed,
+    their vectors, and the nearest memories to a vector within a query's audiences."""
+
+    @abc.abstractmethod
+    def claim_unembedded(self, limit: int, lease: timedelta) -> list[tuple[uuid.UUID, str]]:
+        """Up to `limit` queued memories `(id, content)`, held by this caller for `lease` (after
+        which another process may take them over: a process that dies loses nothing)."""
+
+    @abc.abstractmethod
+    def save_vectors(
+        self, model: str, ids: Sequence[uuid.UUID], vectors: NDArray[np.float32]
+    ) -> int:
+        """Store one unit vector per memory (row `i` is `ids[i]`'s), made by `model`, replacing
+        any earlier one, and take the memories off the queue; memories deleted meanwhile are
+        skipped. How many were stored."""
+
+    @abc.abstractmethod
+    def nearest_memories(
+        self, query: MemoryQuery, vector: NDArray[np.float32], model: str, limit: int
+    ) -> Sequence[Ranked]:
+        """Up to `limit` memories of `query` (its audiences and filters; no full-text search)
+        whose `model` vectors are nearest to `vector`, best first; the score is their cosine
+        similarity. Every memory returned is checked against the query in the database."""
+
+    @abc.abstractmethod
+    def queue_for_model(self, model: str, batch: int) -> int:
+        """Queue every memory with no vector of `model` (none yet, or another model's), `batch`
+        memories per transaction, and drop the search layout of other models; how many
+        were queued."""
+
+    @abc.abstractmethod
+    def compact_vectors(self, after: tuple[str, int] | None, chunks: int) -> tuple[str, int] | None:
+        """Drop the vectors of deleted memories from the next `chunks` pieces of the search
+        layout after position `after` (None: from the start); the position reached, or None
+        once past the end. Repeated from None, it sweeps the whole layout."""
+
+    @abc.abstractmethod
+    def vector_backlog(self) -> int:
+        """How many memories wait to be embedded."""
+
+
 class Embedder(Protocol):
     """Turns texts into vectors for recall by meaning (`mnemos.embedding` implements it).
 

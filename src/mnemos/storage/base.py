@@ -16,12 +16,22 @@ from mnemos.domain.ports import (
     RoomStore,
     Secrets,
     TuyaStore,
+    VectorStore,
 )
 
-__all__ = ["AccountStore", "KeyKind", "MemoryStore", "RoomStore", "Secrets", "Store", "TuyaStore"]
+__all__ = [
+    "AccountStore",
+    "KeyKind",
+    "MemoryStore",
+    "RoomStore",
+    "Secrets",
+    "Store",
+    "TuyaStore",
+    "VectorStore",
+]
 
 
-class Store(Secrets, MemoryStore, AccountStore, RoomStore, TuyaStore):
+class Store(Secrets, MemoryStore, AccountStore, RoomStore, TuyaStore, VectorStore):
     """Persistent state of one Mnemos deployment: every port, plus its lifecycle."""
 
     @abc.abstractmethod

@@ -251,3 +251,52 @@ idempotency_keys = sa.Table(
     sa.Column("memory_id", sa.Uuid(), nullable=False),
     sa.Column("inserted_at", UTCDateTime(), nullable=False),
 )
+
+# --- recall by meaning (docs/search.md, "Vector storage") -----------------------------------
+# Every memory's vector, int8-quantised (`scale` turns it back into the unit vector), with the
+# model that made it. A memory waits in `vector_queue` (a trigger adds it, in the transaction
+# that inserts it) until a process embeds it. Searches read vectors per owner (agent,
+# organization, subject, room): sealed `vector_chunks` of CHUNK_ROWS vectors each, plus the
+# owner's `vector_tail`, the vectors not yet sealed into a chunk.
+
+memory_vectors = sa.Table(
+    "memory_vectors",
+    metadata,
+    sa.Column("memory_pk", PK, sa.ForeignKey("memories.pk", ondelete="CASCADE"), primary_key=True),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("scale", sa.Float(), nullable=False),
+    sa.Column("vector", sa.LargeBinary(), nullable=False),
+)
+
+vector_queue = sa.Table(
+    "vector_queue",
+    metadata,
+    sa.Column("memory_pk", PK, sa.ForeignKey("memories.pk", ondelete="CASCADE"), primary_key=True),
+    # A process embedding this memory holds it until then; past it, anyone may take it over.
+    sa.Column("claimed_until", UTCDateTime(), nullable=True),
+)
+
+vector_tail = sa.Table(
+    "vector_tail",
+    metadata,
+    sa.Column("owner", sa.String(40), primary_key=True),
+    sa.Column(
+        "memory_pk",
+        PK,
+        sa.ForeignKey("memory_vectors.memory_pk", ondelete="CASCADE"),
+        primary_key=True,
+        index=True,
+    ),
+)
+
+vector_chunks = sa.Table(
+    "vector_chunks",
+    metadata,
+    sa.Column("owner", sa.String(40), primary_key=True),
+    sa.Column("seq", sa.Integer(), primary_key=True),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("rows", sa.Integer(), nullable=False),
+    sa.Column("pks", sa.LargeBinary(), nullable=False),  # int64, little-endian
+    sa.Column("scales", sa.LargeBinary(), nullable=False),  # float32
+    sa.Column("vectors", sa.LargeBinary(), nullable=False),  # int8, rows x dimensions
+)

@@ -35,11 +35,12 @@ from mnemos.storage.sql_conditions import (
 )
 from mnemos.storage.sql_rooms import RoomsSql
 from mnemos.storage.sql_tuya import TuyaSql
+from mnemos.storage.sql_vectors import VectorsSql
 
 M = memories.c
 
 
-class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
+class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
     """A `Store` over SQLAlchemy Core; subclasses supply the dialect's differences."""
 
     def insert_memory(self, memory: Memory) -> None:
@@ -214,6 +215,27 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         return statement.order_by(best.c.score.desc(), M.id.desc()).limit(
             sa.bindparam("limit", type_=sa.Integer())
         )
+
+    def _checked(
+        self, query: MemoryQuery, with_rows: bool, candidates: bool = True
+    ) -> tuple[sa.Select[Any], dict[str, Any]]:
+        params = self._list_params(query, None)
+        shape = (*self._shape("checked", query, params), with_rows, candidates)
+        statement = self._statements.get(shape)
+        if statement is None:
+            visible = sa.or_(
+                *(
+                    sa.and_(*self._branch_conditions(query, index, after=False))
+                    for index in range(len(query.audiences))
+                )
+            )
+            columns = (M.pk, *MEMORY_COLUMNS) if with_rows else (M.pk,)
+            statement = sa.select(*columns).where(visible)
+            if candidates:
+                among: sa.BindParameter[Any] = sa.bindparam("candidates", expanding=True)
+                statement = statement.where(M.pk.in_(among))
+            self._remember(shape, statement)
+        return statement, params
 
     def count_memories(self, query: MemoryQuery) -> int:
         if not query.audiences:

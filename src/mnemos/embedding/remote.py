@@ -1,0 +1,147 @@
+"""An OpenAI-compatible `/v1/embeddings` endpoint as the embedder (Ollama, vLLM, TEI, OpenAI).
+
+Standard library HTTP only (one short request per call), so no client library is a dependency.
+Every failure is an `EmbedderUnavailable` that says what the endpoint did; nothing it answers
+is trusted until checked: one finite vector per text, in order, all of the expected size.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mnemos.errors import EmbedderUnavailable
+
+log = logging.getLogger(__name__)
+
+BATCH = 64  # inputs per request: within every server's default limits
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
+
+def endpoint_url(url: str) -> str:
+    """The embeddings URL for what the user gave: a base URL, `.../v1`, or the full path.
+
+    >>> endpoint_url("http://127.0.0.1:11434")
+    'http://127.0.0.1:11434/v1/embeddings'
+    >>> endpoint_url("http://vllm:8000/v1/")
+    'http://vllm:8000/v1/embeddings'
+    """
+    parts = urllib.parse.urlsplit(url)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/embeddings"):
+        path = path + "/embeddings" if path.endswith("/v1") else path + "/v1/embeddings"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+class EndpointEmbedder:
+    """Embeds by POSTing `{"model", "input"}` to an OpenAI-compatible embeddings endpoint.
+
+    `dimensions` 0 asks the endpoint once (embedding one word) when the embedder is built, so a
+    wrong URL, model or key fails at startup rather than at the first store. Vectors are
+    L2-normalised here, whatever the server does. Thread-safe: each call is its own request.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        api_key: str = "",
+        dimensions: int = 0,
+        timeout_seconds: float = 10.0,
+    ) -> None:
+        if not model:
+            raise ValueError(
+                "MNEMOS_EMBEDDER_MODEL must name the model when MNEMOS_EMBEDDER is a URL"
+            )
+        self.url = endpoint_url(url)
+        self.model = model
+        self._api_key = api_key
+        self._timeout = timeout_seconds
+        self.dimensions = dimensions or self._request(["dimensions"]).shape[1]
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        if not texts:
+            return np.empty((0, self.dimensions), dtype=np.float32)
+        batches = [self._request(texts[i : i + BATCH]) for i in range(0, len(texts), BATCH)]
+        vectors = np.concatenate(batches)
+        if vectors.shape[1] != self.dimensions:
+            raise self._error(
+                f"answered vectors of {vectors.shape[1]} dimensions, expected {self.dimensions} "
+                "(MNEMOS_EMBEDDER_DIMENSIONS, or what it answered at startup)"
+            )
+        return vectors
+
+    def _request(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        body = json.dumps({"model": self.model, "input": list(texts), "encoding_format": "float"})
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        request = urllib.request.Request(self.url, body.encode(), headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as response:  # noqa: S310
+                raw = response.read(MAX_ANSWER_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            log.warning("embeddings endpoint %s: HTTP %s %s", self.url, exc.code, _snippet(exc))
+            raise self._error(f"answered HTTP {exc.code}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise self._error(f"could not be reached: {reason}") from exc
+        if len(raw) > MAX_ANSWER_BYTES:
+            raise self._error(f"answered more than {MAX_ANSWER_BYTES} bytes")
+        return self._vectors(raw, len(texts))
+
+    def _vectors(self, raw: bytes, count: int) -> NDArray[np.float32]:
+        try:
+            items = _items(json.loads(raw))
+            ordered = sorted(items, key=lambda item: int(item.get("index", 0)))
+            rows = [[float(x) for x in item["embedding"]] for item in ordered]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise self._error(f"answered something that is not an embeddings list: {exc}") from exc
+        if len(rows) != count:
+            raise self._error(f"answered {len(rows)} vectors for {count} texts")
+        sizes = {len(row) for row in rows}
+        if len(sizes) != 1 or 0 in sizes:
+            raise self._error(f"answered vectors of differing or zero sizes {sorted(sizes)}")
+        vectors = np.array(rows, dtype=np.float64)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        if not np.isfinite(vectors).all() or (norms == 0).any() or not math.isfinite(norms.max()):
+            raise self._error("answered a vector that is zero or not finite")
+        normalised: NDArray[np.float32] = (vectors / norms).astype(np.float32)
+        return normalised
+
+    def _error(self, problem: str) -> EmbedderUnavailable:
+        """The error callers see names the model, not the endpoint's address (it is logged)."""
+        log.warning("embeddings endpoint %s (model %r) %s", self.url, self.model, problem)
+        return EmbedderUnavailable(
+            f"The embeddings endpoint (model {self.model!r}) {problem}",
+            details={"model": self.model},
+        )
+
+
+def _items(answer: Any) -> list[dict[str, Any]]:
+    if not isinstance(answer, dict) or not isinstance(answer.get("data"), list):
+        raise ValueError('no "data" list')
+    items: list[dict[str, Any]] = answer["data"]
+    if not all(
+        isinstance(item, dict) and isinstance(item.get("embedding"), list) for item in items
+    ):
+        raise ValueError('an item without an "embedding" list')
+    return items
+
+
+def _snippet(error: urllib.error.HTTPError) -> str:
+    try:
+        body = error.read(300)
+    except OSError:
+        return ""
+    return body.decode("utf-8", "replace").strip().replace("\n", " ")

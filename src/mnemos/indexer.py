@@ -1,0 +1,103 @@
+"""The embedding worker: every server process embeds queued memories in a background thread.
+
+A stored memory is queued in the transaction that stores it (migration 0010); the first idle
+worker of any process claims it for 30 s, embeds it and saves its vector. A process killed
+mid-batch loses nothing: its claims expire and another worker (or the same, restarted) takes
+them. See docs/search.md, "Write path".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from mnemos.domain.ports import Embedder, VectorStore
+from mnemos.domain.recall import embed_pending
+
+log = logging.getLogger("mnemos")
+
+IDLE_SECONDS = 0.1  # how often an idle worker looks at the queue
+ERROR_SECONDS = 2.0  # the pause after a failed batch (a down embedding service, a busy database)
+BATCH = 32
+NICENESS = 10
+SWEEP_CHUNKS = 4
+
+
+class Indexer:
+    """Embeds queued memories in a daemon thread until `stop`."""
+
+    def __init__(
+        self,
+        store: VectorStore,
+        embedder: Embedder | Callable[[], Embedder | None],
+        batch: int = BATCH,
+    ):
+        """`embedder`, or a function that builds it: then it is built in the worker's thread,
+        so a server answers before its worker's model is loaded."""
+        self.store = store
+        self._embedder = embedder
+        self.batch = batch
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._swept: tuple[str, int] | None = None  # where the sweep of deleted vectors is
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mnemos-indexer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        # Embedding is background work: on a busy machine the request threads go first (Linux
+        # keeps a nice value per thread; the embedder should run in this thread: one CPU thread).
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+        except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
+            pass
+        embedder = self._embedder() if callable(self._embedder) else self._embedder
+        if embedder is None:
+            return
+        while not self._stop.is_set():
+            try:
+                done = embed_pending(self.store, embedder, self.batch)
+            except Exception:  # keep the worker alive; the batch's claim expires and is retried
+                log.exception("embedding queued memories failed")
+                self._stop.wait(ERROR_SECONDS)
+                continue
+            if done == 0:
+                self._sweep()
+                self._stop.wait(IDLE_SECONDS)
+
+    def _sweep(self) -> None:
+        """While idle, rewrite a few chunks without the vectors of deleted memories: the whole
+        layout is swept every `chunks / SWEEP_CHUNKS × IDLE_SECONDS` (1M memories: ~4 min)."""
+        try:
+            self._swept = self.store.compact_vectors(self._swept, SWEEP_CHUNKS)
+        except Exception:
+            log.exception("sweeping deleted vectors failed")
+
+
+def drain(
+    store: VectorStore,
+    embedder: Embedder,
+    batch: int = BATCH,
+    progress: Callable[[int], object] | None = None,
+) -> int:
+    """Embed until the queue is empty, waiting out other workers' claims; how many this call
+    embedded (`progress` is told each batch's count)."""
+    embedded = 0
+    while True:
+        done = embed_pending(store, embedder, batch)
+        embedded += done
+        if progress is not None and done:
+            progress(done)
+        if done == 0:
+            if store.vector_backlog() == 0:
+                return embedded
+            time.sleep(0.05)  # another worker holds the rest

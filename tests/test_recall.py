@@ -1,0 +1,477 @@
+"""Recall by meaning (docs/search.md): the search routes, every mode and filter, visibility,
+removal, reindexing and the embedder switched off, with the real local embedder, on every
+backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from numpy.typing import NDArray
+
+from mnemos.api.app import create_app
+from mnemos.config import Settings
+from mnemos.domain.ports import Embedder
+from mnemos.embedding import load_embedder
+from mnemos.indexer import drain
+from mnemos.storage.base import Store
+from tests.world import Actor, World, memory_body
+
+AISLE = "The customer prefers aisle seats on long flights."
+OTHERS = [
+    "The quarterly report is due on the first Monday of March.",
+    "Our office printer on the third floor jams when printing double-sided.",
+    "The client's dog is called Biscuit and is afraid of thunder.",
+    "Deploys to production happen only on Tuesdays after the standup.",
+    "She is allergic to peanuts and avoids Thai restaurants.",
+]
+QUESTION = "where does the client like to sit on a plane?"
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    loaded = load_embedder("local")
+    assert loaded is not None
+    return loaded
+
+
+class Renamed:
+    """The same vectors under another model name: what a change of model looks like."""
+
+    def __init__(self, inner: Embedder, model: str):
+        self.inner = inner
+        self.model = model
+        self.dimensions = inner.dimensions
+
+    def embed(self, texts: Any) -> NDArray[np.float32]:
+        return self.inner.embed(texts)
+
+
+@pytest.fixture
+def app_client(settings: Settings, store: Store, embedder: Embedder) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, store, embedder)) as client:
+        yield client
+
+
+def put(client: TestClient, agent: Actor, content: str, **fields: Any) -> str:
+    response = client.post(
+        "/api/v1/agent/memories", json=memory_body(content, **fields), headers=agent.headers
+    )
+    assert response.status_code == 201, response.text
+    memory_id: str = response.json()["data"]["id"]
+    return memory_id
+
+
+def search(
+    client: TestClient, actor: Actor, query: str = QUESTION, *, human: bool = False, **params: Any
+) -> dict[str, Any]:
+    path = "/api/v1/me/memories/search" if human else "/api/v1/agent/memories/search"
+    response = client.get(path, params={"query": query, **params}, headers=actor.headers)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def ids(body: dict[str, Any]) -> list[str]:
+    return [row["id"] for row in body["data"]]
+
+
+def listed(client: TestClient, actor: Actor, *, human: bool = False, **params: Any) -> set[str]:
+    path = "/api/v1/me/memories" if human else "/api/v1/agent/memories"
+    response = client.get(path, params={"limit": 100, **params}, headers=actor.headers)
+    assert response.status_code == 200, response.text
+    return {row["id"] for row in response.json()["data"]}
+
+
+@pytest.fixture
+def acme(world: World) -> dict[str, Actor]:
+    ann = world.user("Ann", "acme")
+    bob = world.user("Bob", "acme")
+    eve = world.user("Eve", "evil")
+    return {
+        "ann": ann,
+        "bob": bob,
+        "eve": eve,
+        "writer": world.agent(ann, "Writer"),
+        "peer": world.agent(bob, "Peer"),
+        "outsider": world.agent(eve, "Outsider"),
+    }
+
+
+def test_semantic_finds_a_paraphrase_keyword_does_not(
+    app_client: TestClient, store: Store, embedder: Embedder, acme: dict[str, Actor]
+) -> None:
+    writer = acme["writer"]
+    aisle = put(app_client, writer, AISLE)
+    for text in OTHERS:
+        put(app_client, writer, text)
+    drain(store, embedder)
+
+    semantic = search(app_client, writer, mode="semantic", limit=3)
+    assert semantic["meta"] == {"mode": "semantic", "limit": 3}
+    assert ids(semantic)[0] == aisle
+    assert len(semantic["data"]) == 3
+    hybrid = search(app_client, writer)
+    assert hybrid["meta"] == {"mode": "hybrid", "limit": 10}
+    assert ids(hybrid)[0] == aisle
+    keyword = search(app_client, writer, "client sit plane", mode="keyword")
+    assert keyword["data"] == []  # no memory has these words
+    assert ids(search(app_client, writer, "aisle seats", mode="keyword")) == [aisle]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "semantic", "keyword"])
+def test_best_first_with_memory_fields_and_score(
+    app_client: TestClient, store: Store, embedder: Embedder, acme: dict[str, Actor], mode: str
+) -> None:
+    writer = acme["writer"]
+    for text in ["tea in the morning", "tea, tea and more tea", "tea with the staff", AISLE]:
+        put(app_client, writer, text)
+    drain(store, embedder)
+    body = search(app_client, writer, "tea", mode=mode, limit=50)
+    assert body["meta"]["mode"] == mode
+    scores = [row["score"] for row in body["data"]]
+    assert scores == sorted(scores, reverse=True) and len(scores) >= 3
+    shown = body["data"][0]
+    assert {"id", "content", "scope", "status", "metadata", "inserted_at", "score"} <= set(shown)
+
+
+FILTERS: list[dict[str, Any]] = [
+    {},
+    {"memory_scope": "org"},
+    {"memory_scope": "org", "scope": "all"},
+    {"memory_scope": "org", "scope": "agent"},
+    {"memory_scope": "me", "scope": "subject"},
+    {"memory_scope": "me", "scope": "organization"},
+    {"system": "working"},
+    {"type": "procedural"},
+    {"segment": "tool"},
+    {"status": "superseded"},
+    {"status": "all"},
+]
+
+
+def _mixed(client: TestClient, acme: dict[str, Actor]) -> dict[str, str]:
+    """Memories of every scope, system, type, segment and status, by two agents."""
+    writer, peer, bob = acme["writer"], acme["peer"], acme["bob"]
+    made = {
+        "private": put(client, writer, "my private note about aisle seats"),
+        "org": put(client, writer, "the team likes window seats", scope="organization"),
+        "about_bob": put(client, writer, "Bob prefers aisle seats", subject_id=bob.id),
+        "working": put(client, writer, "seat map loaded", system="working", type="procedural"),
+        "tool": put(client, writer, "seat booking tool answered", segment="tool"),
+        "peer_org": put(client, peer, "exit row seats cost extra", scope="organization"),
+        "peer_private": put(client, peer, "peer's secret seat wish"),
+        "old": put(client, writer, "used to like middle seats", scope="organization"),
+    }
+    response = client.post(
+        f"/api/v1/agent/memories/{made['old']}/supersede", headers=writer.headers
+    )
+    assert response.status_code == 200
+    put(client, acme["outsider"], "outsider likes aisle seats", scope="organization")
+    return made
+
+
+@pytest.mark.parametrize("params", FILTERS, ids=lambda p: "-".join(map(str, p.values())) or "none")
+def test_every_agent_filter_returns_exactly_the_list(
+    app_client: TestClient,
+    store: Store,
+    embedder: Embedder,
+    acme: dict[str, Actor],
+    params: dict[str, Any],
+) -> None:
+    _mixed(app_client, acme)
+    drain(store, embedder)
+    writer = acme["writer"]
+    expected = listed(app_client, writer, **params)
+    for mode in ("semantic", "hybrid"):
+        found = ids(search(app_client, writer, "seats", mode=mode, limit=50, **params))
+        assert set(found) == expected and len(found) == len(expected)
+    keyword = ids(search(app_client, writer, "seat", mode="keyword", limit=50, **params))
+    assert set(keyword) <= expected
+
+
+def test_subject_filter(
+    app_client: TestClient, store: Store, embedder: Embedder, acme: dict[str, Actor]
+) -> None:
+    made = _mixed(app_client, acme)
+    drain(store, embedder)
+    params = {"memory_scope": "org", "scope": "subject", "subject_id": acme["bob"].id}
+    found = ids(search(app_client, acme["peer"], "seats", mode="semantic", **params))
+    assert found == [made["about_bob"]]
+
+
+@pytest.mark.parametrize("scope", ["all", "about_me", "organization", "room"])
+def test_human_search_is_the_human_list_with_display_fields(
+    app_client: TestClient,
+    store: Store,
+    embedder: Embedder,
+    acme: dict[str, Actor],
+    scope: str,
+) -> None:
+    _mixed(app_client, acme)
+    drain(store, embedder)
+    for person in (acme["ann"], acme["bob"], acme["eve"]):
+        expected = listed(app_client, person, human=True, scope=scope)
+        body = search(
+            app_client, person, "seats", human=True, scope=scope, mode="semantic", limit=50
+        )
+        assert set(ids(body)) == expected
+        for row in body["data"]:
+            assert {"subject_name", "source_agent_name", "chat_room_title", "score"} <= set(row)
+    ann_all = search(app_client, acme["ann"], "seats", human=True, mode="semantic", limit=50)
+    assert any(row["source_agent_name"] == "Writer" for row in ann_all["data"])
+
+
+def test_removed_memories_are_never_returned(
+    app_client: TestClient, store: Store, embedder: Embedder, acme: dict[str, Actor]
+) -> None:
+    writer, ann = acme["writer"], acme["ann"]
+    gone = {
+        "superseded": put(app_client, writer, AISLE, scope="organization"),
+        "archived": put(app_client, writer, "Aisle seats, always, on any flight."),
+        "deleted": put(app_client, writer, "The customer books aisle seats when flying."),
+    }
+    kept = put(app_client, writer, "The client dislikes window seats on planes.")
+    drain(store, embedder)
+    assert set(gone.values()) <= set(ids(search(app_client, writer, mode="semantic")))
+    headers = writer.headers
+    assert (
+        app_client.post(
+            f"/api/v1/agent/memories/{gone['superseded']}/supersede", headers=headers
+        ).status_code
+        == 200
+    )
+    assert (
+        app_client.post(
+            f"/api/v1/agent/memories/{gone['archived']}/archive", headers=headers
+        ).status_code
+        == 200
+    )
+    assert (
+        app_client.delete(f"/api/v1/me/memories/{gone['deleted']}", headers=ann.headers).status_code
+        == 204
+    )
+    for mode in ("semantic", "hybrid"):
+        assert ids(search(app_client, writer, mode=mode)) == [kept]
+        assert ids(search(app_client, ann, human=True, mode=mode)) == [kept]
+    old = ids(search(app_client, writer, mode="semantic", status="superseded"))
+    assert old == [gone["superseded"]]
+
+
+def test_search_before_embedding_finds_by_keyword(
+    app_client: TestClient,
+    store: Store,
+    embedder: Embedder,
+    settings: Settings,
+    acme: dict[str, Actor],
+    world: World,
+) -> None:
+    """A memory stored with no embedder running (as before this feature: migration 0010 queues
+    those): keyword and hybrid find it; once the queue is drained, semantic does too."""
+    lone = world.agent(acme["ann"], "Lone")
+    with TestClient(create_app(settings, store, None)) as plain:
+        memory = put(plain, lone, AISLE)
+        assert ids(search(plain, lone, "aisle")) == [memory]
+    assert store.vector_backlog() >= 1
+    drain(store, embedder)
+    assert ids(search(app_client, lone, mode="semantic")) == [memory]
+
+
+def test_reindex_after_a_model_change(
+    store: Store, embedder: Embedder, acme: dict[str, Actor], settings: Settings
+) -> None:
+    writer = acme["writer"]
+    with TestClient(create_app(settings, store, None)) as plain:
+        aisle = put(plain, writer, AISLE)
+        put(plain, writer, OTHERS[0])
+    drain(store, embedder)
+    newer = Renamed(embedder, "renamed-model-v2")
+    probe = newer.embed([QUESTION])[0]
+    # Vectors of the old model are not comparable with the new one's: none is used.
+    assert store.nearest_memories(_query(store, writer), probe, newer.model, 5) == []
+    assert store.queue_for_model(newer.model, batch=1) == 2
+    assert store.queue_for_model(newer.model, batch=1) == 0  # resumable: queued once
+    assert drain(store, newer) == 2
+    found = store.nearest_memories(_query(store, writer), probe, newer.model, 5)
+    assert [str(ranked.memory.id) for ranked in found][0] == aisle
+    assert len(found) == 2
+
+
+def _query(store: Store, agent: Actor) -> Any:
+    from mnemos.domain.accounts import hash_key
+    from mnemos.domain.memories import AgentListParams, MemoryService
+    from mnemos.domain.queries import Filters
+
+    ctx = store.agent_by_key(hash_key(agent.api_key))
+    assert ctx is not None
+    return MemoryService.agent_query(ctx, AgentListParams(), Filters())
+
+
+def test_without_an_embedder(store: Store, settings: Settings, acme: dict[str, Actor]) -> None:
+    writer = acme["writer"]
+    with TestClient(create_app(settings, store, None)) as plain:
+        memory = put(plain, writer, AISLE)
+        response = plain.get(
+            "/api/v1/agent/memories/search",
+            params={"query": QUESTION, "mode": "semantic"},
+            headers=writer.headers,
+        )
+        assert response.status_code == 422
+        assert response.json()["error"]["code"] == "semantic_search_disabled"
+        body = search(plain, writer, "aisle seats")
+        assert body["meta"] == {
+            "mode": "keyword",
+            "limit": 10,
+            "requested_mode": "hybrid",
+            "fallback": "no embedder",
+        }
+        assert ids(body) == [memory]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"limit": 0},
+        {"limit": 51},
+        {"limit": "many"},
+        {"mode": "fuzzy"},
+        {"query": ""},
+        {"query": "x" * 501},
+        {"status": "gone"},
+        {"system": "dreams"},
+        {"memory_scope": "org", "scope": "subject"},
+    ],
+)
+def test_bad_input_is_a_clear_422(
+    app_client: TestClient, acme: dict[str, Actor], params: dict[str, Any]
+) -> None:
+    response = app_client.get(
+        "/api/v1/agent/memories/search",
+        params={"query": QUESTION, **params},
+        headers=acme["writer"].headers,
+    )
+    assert response.status_code == 422, response.text
+    codes = {"validation_failed", "invalid_pagination", "subject_id_required"}
+    assert response.json()["error"]["code"] in codes
+
+
+def test_search_needs_a_key(app_client: TestClient) -> None:
+    response = app_client.get("/api/v1/agent/memories/search", params={"query": "x"})
+    assert response.status_code == 401
+
+
+def test_content_query_mode_hybrid_ranks_the_list(
+    store: Store, embedder: Embedder, settings: Settings, acme: dict[str, Actor]
+) -> None:
+    writer = acme["writer"]
+    ranked = settings.model_copy(update={"content_query_mode": "hybrid"})
+    with TestClient(create_app(ranked, store, embedder)) as client:
+        best = put(client, writer, "seats seats: aisle seats, window seats, any seats")
+        put(client, writer, "a long note on travel where seats come up once among many words")
+        drain(store, embedder)
+        response = client.get(
+            "/api/v1/agent/memories",
+            params={"content_query": "seats"},
+            headers=writer.headers,
+        )
+        assert response.status_code == 200
+        body = response.json()
+        assert [row["id"] for row in body["data"]][0] == best
+        assert body["meta"]["has_more"] is False
+    with TestClient(create_app(settings, store, embedder)) as client:  # filter: newest first
+        body = client.get(
+            "/api/v1/agent/memories", params={"content_query": "seats"}, headers=writer.headers
+        ).json()
+        assert [row["id"] for row in body["data"]][-1] == best
+
+
+def test_the_sweep_drops_deleted_vectors_from_sealed_chunks(
+    store: Store, embedder: Embedder, acme: dict[str, Actor]
+) -> None:
+    import uuid as uuid_module
+
+    import sqlalchemy as sa
+
+    from mnemos.domain.ids import utcnow, uuid7
+    from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+    from mnemos.storage.schema import memories, vector_chunks
+    from mnemos.storage.sql_vectors import CHUNK_ROWS
+
+    agent = uuid_module.UUID(acme["writer"].id)
+    now = utcnow()
+    made = [
+        Memory(
+            id=uuid7(),
+            content=f"note {i} about seats",
+            thought="t",
+            system=System.LONG_TERM,
+            type=MemoryType.SEMANTIC,
+            segment=Segment.USER,
+            scope=Scope.AGENT,
+            subject_id=None,
+            organization_id=None,
+            source_agent_id=agent,
+            chat_room_id=None,
+            metadata={},
+            status=Status.ACTIVE,
+            inserted_at=now,
+            updated_at=now,
+        )
+        for i in range(CHUNK_ROWS + 10)
+    ]
+    store.replace_memories(made, [], now)
+    drain(store, embedder)
+    gone = [m.id for m in made[:5]]
+    store.delete_memories(gone)
+    position = store.compact_vectors(None, 1)
+    while position is not None:
+        position = store.compact_vectors(position, 1)
+    with store._read() as conn:  # type: ignore[attr-defined]
+        pks = conn.execute(sa.select(memories.c.pk).where(memories.c.id.in_(gone))).all()
+        assert pks == []  # deleted; now check no chunk holds their old keys
+        blobs = conn.execute(sa.select(vector_chunks.c.pks, vector_chunks.c.rows)).all()
+    held = {int(pk) for blob, _ in blobs for pk in np.frombuffer(bytes(blob), dtype="<i8")}
+    assert blobs and all(rows == len(bytes(blob)) // 8 for blob, rows in blobs)
+    assert len(held) == CHUNK_ROWS - 5  # the sealed chunk lost exactly the five deleted ones
+
+
+def test_mnemos_reindex_embeds_what_waits_and_is_resumable(tmp_path: Any) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from mnemos.storage import migrate, open_store
+
+    url = f"sqlite:///{tmp_path / 'reindex.db'}"
+    settings = Settings(database_url=url, embedder="none")
+    migrate(settings)
+    opened = open_store(settings)
+    world = World(opened)
+    agent = world.agent(world.user("Ann", "acme"))
+    with TestClient(create_app(settings, opened, None)) as plain:
+        put(plain, agent, AISLE)
+        put(plain, agent, OTHERS[0])
+    assert opened.vector_backlog() == 2
+    env = {**os.environ, "MNEMOS_DATABASE_URL": url, "MNEMOS_EMBEDDER": "local"}
+
+    def reindex() -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "mnemos", "reindex"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+    first = reindex()
+    assert first["embedded"] == 2 and first["model"] == "all-MiniLM-L6-v2-int8"
+    assert opened.vector_backlog() == 0
+    assert reindex() == {**first, "queued": 0, "embedded": 0}  # nothing left to do
+    opened.close()
