@@ -227,29 +227,41 @@ def python_load(base: str, call: Call, clients: int, requests: int) -> Figures:
 
 
 def floor(store: SqlStore, query: MemoryQuery, repeat: int, after: Any = None) -> Figures:
-    """The same SELECT as the server runs, replayed on a raw DB-API connection (no HTTP, no ORM)."""
+    """The same SELECTs as the server runs (a search's plan may take several: the walk's edge
+    and walk, or the index lookup), replayed on a raw DB-API connection (no HTTP, no ORM); the
+    term estimates are cached, as in the server."""
     captured: list[tuple[str, Any]] = []
 
     def capture(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
         captured.append((statement, params))
 
-    engine: sa.Engine = store._read_engine
-    sa.event.listen(engine, "before_cursor_execute", capture)
+    def run() -> None:
+        try:
+            store.list_memories(query, limit=21, after=after)
+        except SearchTooExpensive:
+            pass  # the statements were captured before the refusal: replay them unbounded
+
+    engines: list[sa.Engine] = [store._read_engine]
+    if getattr(store, "_search_engine", None) is not None:
+        engines.append(store._search_engine)  # type: ignore[attr-defined]
+    run()  # the term estimates, cached
+    for engine in engines:
+        sa.event.listen(engine, "before_cursor_execute", capture)
     try:
-        store.list_memories(query, limit=21, after=after)
-    except SearchTooExpensive:
-        pass  # the statement was captured before the budget stopped it: replay it unbounded
+        run()
     finally:
-        sa.event.remove(engine, "before_cursor_execute", capture)
-    statement, params = next((s, p) for s, p in captured if s.lstrip().upper().startswith("SELECT"))
-    raw = engine.raw_connection()
+        for engine in engines:
+            sa.event.remove(engine, "before_cursor_execute", capture)
+    selects = [(s, p) for s, p in captured if s.lstrip().upper().startswith(("SELECT", "WITH"))]
+    raw = engines[-1].raw_connection()
     try:
         cursor = raw.cursor()
         latencies = []
         for _ in range(repeat):
             started = time.perf_counter()
-            cursor.execute(statement, params)
-            cursor.fetchall()
+            for statement, params in selects:
+                cursor.execute(statement, params)
+                cursor.fetchall()
             latencies.append(time.perf_counter() - started)
         raw.rollback()
     finally:
