@@ -139,3 +139,35 @@ def load(store: Store, count: int, seed: int = 1) -> Dataset:
         writer_keys=[a.api_key for a in agents[2:10]],
         total=count,
     )
+
+
+def reuse(store: Store, seed: int = 1) -> Dataset:
+    """The `Dataset` of a database `load` filled before (in another process): the same people
+    and agents, found by name, with fresh API keys (their old ones were never kept)."""
+    from sqlalchemy import func, select
+
+    from mnemos.storage.schema import agents, memories, users
+    from mnemos.storage.sql import SqlStore
+
+    assert isinstance(store, SqlStore)
+    with store._read() as conn:
+        agent_ids = dict(conn.execute(select(agents.c.name, agents.c.id)).all())
+        person_id, org_id = conn.execute(
+            select(users.c.id, users.c.organization_id).where(
+                users.c.email == f"p0-{seed}@bench.test"
+            )
+        ).one()
+        total = conn.execute(select(func.count()).select_from(memories)).scalar_one()
+    big = agent_ids["Agent 0"]
+    return Dataset(
+        org_id=org_id,
+        person_key=accounts.rotate_user_key(store, person_id),
+        person_id=person_id,
+        small_agent_key=accounts.rotate_agent_key(store, agent_ids["Agent 1"]),
+        big_agent_key=accounts.rotate_agent_key(store, big),
+        big_agent_id=big,
+        writer_keys=[
+            accounts.rotate_agent_key(store, agent_ids[f"Agent {i}"]) for i in range(2, 10)
+        ],
+        total=total,
+    )

@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,7 @@ import httpx
 import sqlalchemy as sa
 
 from bench import vectors
-from bench.dataset import COMMON, MID, RARE, Dataset, adversarial_query, load
+from bench.dataset import COMMON, MID, RARE, Dataset, adversarial_query, load, reuse
 from mnemos.config import Settings
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.human import HumanMemoryService, human_audiences
@@ -227,29 +228,41 @@ def python_load(base: str, call: Call, clients: int, requests: int) -> Figures:
 
 
 def floor(store: SqlStore, query: MemoryQuery, repeat: int, after: Any = None) -> Figures:
-    """The same SELECT as the server runs, replayed on a raw DB-API connection (no HTTP, no ORM)."""
+    """The same SELECTs as the server runs (a search's plan may take several: the walk's edge
+    and walk, or the index lookup), replayed on a raw DB-API connection (no HTTP, no ORM); the
+    term estimates are cached, as in the server."""
     captured: list[tuple[str, Any]] = []
 
     def capture(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
         captured.append((statement, params))
 
-    engine: sa.Engine = store._read_engine
-    sa.event.listen(engine, "before_cursor_execute", capture)
+    def run() -> None:
+        try:
+            store.list_memories(query, limit=21, after=after)
+        except SearchTooExpensive:
+            pass  # the statements were captured before the refusal: replay them unbounded
+
+    engines: list[sa.Engine] = [store._read_engine]
+    if getattr(store, "_search_engine", None) is not None:
+        engines.append(store._search_engine)  # type: ignore[attr-defined]
+    run()  # the term estimates, cached
+    for engine in engines:
+        sa.event.listen(engine, "before_cursor_execute", capture)
     try:
-        store.list_memories(query, limit=21, after=after)
-    except SearchTooExpensive:
-        pass  # the statement was captured before the budget stopped it: replay it unbounded
+        run()
     finally:
-        sa.event.remove(engine, "before_cursor_execute", capture)
-    statement, params = next((s, p) for s, p in captured if s.lstrip().upper().startswith("SELECT"))
-    raw = engine.raw_connection()
+        for engine in engines:
+            sa.event.remove(engine, "before_cursor_execute", capture)
+    selects = [(s, p) for s, p in captured if s.lstrip().upper().startswith(("SELECT", "WITH"))]
+    raw = engines[-1].raw_connection()
     try:
         cursor = raw.cursor()
         latencies = []
         for _ in range(repeat):
             started = time.perf_counter()
-            cursor.execute(statement, params)
-            cursor.fetchall()
+            for statement, params in selects:
+                cursor.execute(statement, params)
+                cursor.fetchall()
             latencies.append(time.perf_counter() - started)
         raw.rollback()
     finally:
@@ -292,13 +305,23 @@ class Rss:
             time.sleep(0.25)
 
 
-def database(backend: str, tmp: Path) -> tuple[str, Callable[[], None]]:
+def database(
+    backend: str, tmp: Path, template: str | None = None
+) -> tuple[str, Callable[[], None]]:
+    """A fresh database for one run: empty, or a copy of `template` (a SQLite file, or the name
+    of a PostgreSQL database on the same server) that an earlier load filled."""
     if backend == "sqlite":
+        if template:
+            source = sqlite3.connect(template)
+            with sqlite3.connect(tmp / "bench.db") as copy:
+                source.backup(copy)
+            source.close()
         return f"sqlite:///{tmp / 'bench.db'}", lambda: None
     name = f"mnemos_bench_{uuid.uuid4().hex[:8]}"
     admin = sa.create_engine(driver_url(PG_SERVER), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        copy_of = f' TEMPLATE "{template}"' if template else ""
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"{copy_of}')
 
     def drop() -> None:
         with admin.connect() as conn:
@@ -332,6 +355,7 @@ class Options:
     workers: int  # server processes
     mem0_python: str | None = None  # the Python of a venv with mem0ai: run the peer too
     suite: str = "all"  # "vectors": only the recall-by-meaning rows (bench/vectors.py)
+    template: str | None = None  # a database an earlier load filled: copy it instead of loading
 
 
 def settle(store: SqlStore) -> None:
@@ -340,6 +364,7 @@ def settle(store: SqlStore) -> None:
     if store._write_engine.dialect.name == "postgresql":
         with store._write_engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql("SET statement_timeout = 0")  # minutes on a busy machine
             conn.exec_driver_sql("VACUUM ANALYZE")
             conn.exec_driver_sql("CHECKPOINT")  # flush the load now, not during the runs
         return
@@ -349,14 +374,14 @@ def settle(store: SqlStore) -> None:
 
 def run_backend(backend: str, count: int, options: Options) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-bench-"))
-    url, drop = database(backend, tmp)
+    url, drop = database(backend, tmp, options.template)
     try:
         settings = Settings(database_url=url)
         migrate(settings)
         store = open_store(settings)
         assert isinstance(store, SqlStore)
         started = time.monotonic()
-        data = load(store, count)
+        data = reuse(store) if options.template else load(store, count)
         load_seconds = time.monotonic() - started
         filled = vectors.fill(store, data) if options.suite == "vectors" else None
         settle(store)
@@ -662,6 +687,14 @@ def main() -> None:
         default="all",
         help="vectors: only the recall-by-meaning rows, over synthetic vectors (bench/vectors.py)",
     )
+    parser.add_argument(
+        "--template",
+        action="append",
+        default=[],
+        metavar="BACKEND=SOURCE",
+        help="measure a copy of a database an earlier load filled (sqlite=FILE or "
+        "postgresql=DATABASE) instead of loading one; its people and agents get fresh keys",
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved tables")
     args = parser.parse_args()
     if args.report:
@@ -680,6 +713,7 @@ def main() -> None:
             args.workers,
             args.mem0_python if backend == "sqlite" else None,
             args.suite,
+            dict(item.split("=", 1) for item in args.template).get(backend),
         )
         run = run_backend(backend, args.memories, options)
         (args.out / f"{backend}.json").write_text(json.dumps(run, indent=2))

@@ -95,10 +95,11 @@ def test_a_search_over_its_budget_is_422_search_too_expensive(
     client, _ = tiny_budget
     agent = world.agent(world.user("Bud", "budget"))
     store.replace_memories(_memories(agent, ROWS), [], datetime.now(UTC))
-    # Every row matches every word: hundreds of milliseconds of work against a 1 ms budget.
+    # Every row matches every word: a page is found at once on the newest rows, but the total
+    # of an offset page counts every match, hundreds of milliseconds against a 1 ms budget.
     response = client.get(
         BASE,
-        params={"content_query": HEAVY, "limit": 1},
+        params={"content_query": HEAVY, "page": 1, "page_size": 1},
         headers=agent.headers,
     )
     body = error(response, 422, "search_too_expensive")
@@ -115,7 +116,9 @@ def test_the_budget_is_lifted_after_the_search(
     client, opened = tiny_budget
     agent = world.agent(world.user("Lift", "lift"))
     store.replace_memories(_memories(agent, ROWS), [], datetime.now(UTC))
-    response = client.get(BASE, params={"content_query": HEAVY, "limit": 1}, headers=agent.headers)
+    response = client.get(
+        BASE, params={"content_query": HEAVY, "page": 1, "page_size": 1}, headers=agent.headers
+    )
     error(response, 422, "search_too_expensive")
     assert isinstance(opened, SqlStore)
     with opened._read() as conn:

@@ -54,6 +54,24 @@ class SearchQuery:
         phrase_words = sum(len(phrase) for phrase in self.phrases)
         return len(self.words) + len(self.whole_words) + phrase_words
 
+    def parts(self) -> tuple[SearchQuery, ...]:
+        """Each prefix, whole word and phrase as a query of its own: a store may match some of
+        them in its index and check the others on the rows found (their AND is this query)."""
+        return (
+            *(SearchQuery((word,), ()) for word in self.words),
+            *(SearchQuery((), (), (word,)) for word in self.whole_words),
+            *(SearchQuery((), (phrase,)) for phrase in self.phrases),
+        )
+
+
+def joined(parts: Sequence[SearchQuery]) -> SearchQuery:
+    """The query that matches what all of `parts` match (the inverse of `SearchQuery.parts`)."""
+    return SearchQuery(
+        tuple(word for part in parts for word in part.words),
+        tuple(phrase for part in parts for phrase in part.phrases),
+        tuple(word for part in parts for word in part.whole_words),
+    )
+
 
 @dataclass(frozen=True)
 class Ranked:

@@ -7,8 +7,13 @@ both backends index exactly the same words.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import threading
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,8 +26,9 @@ from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
-from mnemos.storage.sql import SqlStore
-from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
+from mnemos.storage.search_plan import TermStats
+from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
+from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS
 
 
 def tsquery(search: SearchQuery) -> str:
@@ -43,6 +49,53 @@ def driver_url(url: str) -> str:
 
 
 STATEMENT_TIMEOUT_MS = 15_000
+STATS_SECONDS = 60.0  # how long a process keeps the column statistics it read
+
+# The statistics ANALYZE (or autovacuum) keeps on the tsvector column: its most common lexemes
+# and the share of rows holding each; the array's last three entries are the least and greatest
+# share and the share of NULLs. The planner reads the same ones.
+COLUMN_STATS_SQL = """
+SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, c.reltuples
+FROM pg_class c LEFT JOIN pg_stats s
+  ON s.schemaname = current_schema() AND s.tablename = 'memories' AND s.attname = 'search'
+WHERE c.oid = 'memories'::regclass
+"""
+
+
+@dataclass(frozen=True)
+class LexemeStats:
+    """The tsvector column's most common lexemes (sorted) with the share of rows holding each."""
+
+    rows: int
+    lexemes: list[str]
+    cumulative: list[float]  # cumulative[i]: the shares of lexemes[:i] added up
+    floor: float  # the least share kept: a lexeme not listed is rarer than this
+
+    def share(self, word: str, prefix: bool) -> float:
+        """The share of rows holding `word` (every word starting with it, for a prefix)."""
+        low = bisect.bisect_left(self.lexemes, word)
+        high = (
+            bisect.bisect_left(self.lexemes, word + "\U0010ffff")
+            if prefix
+            else low + (low < len(self.lexemes) and self.lexemes[low] == word)
+        )
+        listed = self.cumulative[high] - self.cumulative[low]
+        # A prefix may also cover lexemes too rare to be listed; a whole word not listed is rare.
+        unlisted = self.floor if prefix else (0.0 if high > low else self.floor / 2)
+        return min(1.0, listed + unlisted)
+
+
+def lexeme_stats(elems: list[str] | None, freqs: list[float] | None, rows: float) -> LexemeStats:
+    """`LexemeStats` from the `pg_stats` row (no lexemes listed: nothing is known to be common)."""
+    if not elems or not freqs:
+        return LexemeStats(max(int(rows), 0), [], [0.0], 0.0)
+    pairs = sorted(zip(elems, freqs[: len(elems)], strict=True))
+    return LexemeStats(
+        max(int(rows), 0),
+        [lexeme for lexeme, _ in pairs],
+        [0.0, *itertools.accumulate(share for _, share in pairs)],
+        float(freqs[len(elems)]),
+    )
 
 
 def _search_column() -> sa.ColumnElement[Any]:
@@ -76,6 +129,20 @@ class PostgresStore(SqlStore):
         # A `snapshot()` is one REPEATABLE READ transaction: one state for all its reads.
         reads = engine.execution_options(isolation_level="AUTOCOMMIT")
         snapshots = engine.execution_options(isolation_level="REPEATABLE READ")
+        # Searches outside a snapshot get connections of their own whose statement_timeout is
+        # the search budget: no SET and RESET around each search (two round trips).
+        self._search_engine = sa.create_engine(
+            driver_url(url),
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,
+            pool_timeout=10,
+            json_deserializer=read_json,
+            isolation_level="AUTOCOMMIT",
+            connect_args={"options": f"-c statement_timeout={int(search_budget_ms)}"},
+        )
+        self._stats: tuple[float, LexemeStats] | None = None
+        self._stats_lock = threading.Lock()
         super().__init__(
             read_engine=reads,
             write_engine=engine,
@@ -103,24 +170,71 @@ class PostgresStore(SqlStore):
         return tsquery(search)
 
     @contextmanager
-    def _search_budget(self, conn: Connection) -> Iterator[None]:
-        # A session SET (reads run in autocommit, where SET LOCAL would do nothing), undone by
-        # RESET to the connection's own 15 s. Inside a failed transaction (a `snapshot()`) the
-        # RESET cannot run, and need not: the rollback that follows undoes the SET.
-        from psycopg.errors import QueryCanceled  # the driver is an optional extra
-        from psycopg.pq import TransactionStatus
+    def _search_read(self) -> Iterator[Connection]:
+        # A search connection has the budget as its statement_timeout already (even the pool's
+        # ping runs under it). Inside a snapshot() (a transaction), SET LOCAL sets it until that
+        # transaction ends.
+        pinned: Connection | None = getattr(self._pinned, "conn", None)
+        with self._guard(), self._canceled_as_too_expensive():
+            if pinned is None:
+                with self._search_engine.connect() as conn:
+                    yield conn
+                return
+            budget = int(self._search_budget_ms)
+            pinned.exec_driver_sql(f"SET LOCAL statement_timeout = {budget}")
+            yield pinned
 
-        conn.exec_driver_sql(f"SET statement_timeout = {int(self._search_budget_ms)}")
+    @contextmanager
+    def _canceled_as_too_expensive(self) -> Iterator[None]:
+        from psycopg.errors import QueryCanceled  # the driver is an optional extra
+
         try:
             yield
         except sa.exc.OperationalError as exc:
             if not isinstance(exc.orig, QueryCanceled):
                 raise
             raise SearchTooExpensive(details={"budget_ms": self._search_budget_ms}) from exc
-        finally:
-            status = driver_connection(conn).info.transaction_status
-            if status != TransactionStatus.INERROR:
-                conn.exec_driver_sql("RESET statement_timeout")
+
+    def _search_budget(self, conn: Connection) -> AbstractContextManager[None]:  # noqa: ARG002
+        return nullcontext()  # `_search_read` sets and enforces it
+
+    def _term_stats(self, conn: Connection, search: SearchQuery) -> TermStats | None:
+        stats = self._lexeme_stats(conn)
+        if not stats.lexemes:
+            return None
+        shares = []
+        for part in search.parts():
+            if part.words:
+                shares.append(stats.share(part.words[0], prefix=True))
+            else:
+                words = part.whole_words or part.phrases[0]
+                shares.append(sum(stats.share(word, prefix=False) for word in words))
+        return TermStats(stats.rows, tuple(int(share * stats.rows) for share in shares))
+
+    def _lexeme_stats(self, conn: Connection) -> LexemeStats:
+        """The column statistics, read at most once per `STATS_SECONDS` per process."""
+        now = time.monotonic()
+        cached = self._stats
+        if cached is not None and now - cached[0] < STATS_SECONDS:
+            return cached[1]
+        with self._stats_lock:
+            elems, freqs, rows = conn.exec_driver_sql(COLUMN_STATS_SQL).one()
+            stats = lexeme_stats(elems, freqs, rows)
+            self._stats = (now, stats)
+        return stats
+
+    def _recheck_values(self, search: SearchQuery) -> dict[str, Any]:
+        return {f"{RECHECK_PREFIX}query": tsquery(search)}
+
+    def _recheck_clause(self, names: tuple[str, ...]) -> sa.ColumnElement[bool]:
+        # The function behind `@@`, which no index can serve: the planner looks up only the
+        # driver terms in the GIN index and checks the whole query on the rows it found.
+        (name,) = names
+        return sa.func.ts_match_vq(_search_column(), _tsquery(sa.bindparam(name)))
+
+    def close(self) -> None:
+        super().close()
+        self._search_engine.dispose()
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()

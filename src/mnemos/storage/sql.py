@@ -8,9 +8,9 @@ full-text query (`_search_clause`, `_search_rank`) and how they insert-or-ignore
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,12 +19,13 @@ from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import Memory, Status
 from mnemos.domain.pagination import Position, RankPosition
-from mnemos.domain.queries import MemoryQuery, Order
+from mnemos.domain.queries import FILTER_NAMES, MemoryQuery, Order
 from mnemos.domain.search import Ranked
-from mnemos.errors import Conflict
+from mnemos.errors import Conflict, SearchTooExpensive
 from mnemos.storage.base import Store
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
 from mnemos.storage.schema import UTCDateTime, idempotency_keys, memories
+from mnemos.storage.search_plan import WALK_MAX_AUDIENCES, WALK_ROWS, SearchPlan, plan_search
 from mnemos.storage.sql_accounts import AccountsSql
 from mnemos.storage.sql_conditions import (
     AUDIENCE_SQL,
@@ -122,11 +123,18 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
     # the parameters. Building a SELECT costs SQLAlchemy more than SQLite takes to run it.
 
     def list_statement(
-        self, query: MemoryQuery, *, limit: int, after: Position | None = None, offset: int = 0
+        self,
+        query: MemoryQuery,
+        *,
+        limit: int,
+        after: Position | None = None,
+        offset: int = 0,
+        plan: SearchPlan | None = None,
     ) -> tuple[sa.Select[Any], dict[str, Any]]:
-        """The SELECT behind `list_memories` and its parameters (also used to show plans)."""
+        """The SELECT behind `list_memories` and its parameters (also used to show plans); with a
+        `plan`, the index looks up only its driver terms and the rows found are checked for all."""
         union = len(query.audiences) > 1
-        params = self._list_params(query, after)
+        params = self._list_params(query, after, plan)
         shape = self._shape("list", query, params)
         params["limit"] = limit
         params["offset"] = offset
@@ -134,12 +142,13 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
             params["depth"] = limit + offset
         statement = self._statements.get(shape)
         if statement is None:
+            recheck = _recheck_names(params)
             if union:
-                keys = self._matching_keys(query, after is not None, depth=True)
+                keys = self._matching_keys(query, after is not None, depth=True, recheck=recheck)
                 statement = sa.select(*MEMORY_COLUMNS).join(keys, keys.c.id == M.id)
             else:
                 statement = sa.select(*MEMORY_COLUMNS).where(
-                    *self._branch_conditions(query, 0, after is not None)
+                    *self._branch_conditions(query, 0, after is not None, recheck=recheck)
                 )
             statement = (
                 statement.order_by(M.inserted_at.desc(), M.id.desc())
@@ -161,9 +170,92 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
             raise ValueError("list_memories is newest first: rank_memories ranks")
         if not query.audiences:
             return []
-        statement, params = self.list_statement(query, limit=limit, after=after, offset=offset)
-        with self._read() as conn, self._bounded(conn, query):
+        if query.search is None:
+            statement, params = self.list_statement(query, limit=limit, after=after, offset=offset)
+            with self._read() as conn:
+                return [to_memory(row) for row in conn.execute(statement, params)]
+        with self._search_read() as conn, self._search_budget(conn):
+            plan = plan_search(query.search, self._term_stats(conn, query.search), limit + offset)
+            if plan.walk and len(query.audiences) <= WALK_MAX_AUDIENCES:
+                walked = self._walk(conn, query, limit + offset, after)
+                if walked is not None:
+                    return walked[offset:]
+            if plan.driver is None:
+                raise SearchTooExpensive(TOO_COMMON, details={"reason": "words_too_common"})
+            statement, params = self.list_statement(
+                query, limit=limit, after=after, offset=offset, plan=plan
+            )
             return [to_memory(row) for row in conn.execute(statement, params)]
+
+    def _walk(
+        self, conn: Connection, query: MemoryQuery, limit: int, after: Position | None
+    ) -> list[Memory] | None:
+        """The newest `limit` matches, read off the newest `WALK_ROWS` rows of each audience
+        (every term checked on the row); None when some audience has more rows than that and
+        they held fewer than `limit` matches (the answer may lie further back)."""
+        assert query.search is not None
+        recheck = self._recheck_values(query.search)
+        found: dict[uuid.UUID, Memory] = {}
+        for audience in query.audiences:
+            single = dataclasses.replace(query, audiences=(audience,), search=None)
+            bare = dataclasses.replace(single, **UNFILTERED)
+            edge_params = self._list_params(bare, after)
+            edge = conn.execute(self._walk_edge(bare, edge_params), edge_params).first()
+            params = self._list_params(single, after)
+            params.update(recheck, limit=limit)
+            if edge is not None:
+                params.update(edge_at=edge[0], edge_id=edge[1])
+            statement = self._walk_statement(single, params, edge is not None)
+            rows = [to_memory(row) for row in conn.execute(statement, params)]
+            if edge is not None and len(rows) < limit:
+                return None
+            found.update((memory.id, memory) for memory in rows)
+        newest = sorted(found.values(), key=lambda m: (m.inserted_at, m.id), reverse=True)
+        return newest[:limit]
+
+    def _walk_edge(self, single: MemoryQuery, params: dict[str, Any]) -> sa.Select[Any]:
+        """`(inserted_at, id)` of the `WALK_ROWS`-th newest row of a one-audience query (none if
+        it has fewer). With no filters (`UNFILTERED`) it is read off the audience's ordered index
+        alone; the walk then applies the filters to at most `WALK_ROWS` rows."""
+        shape = self._shape("walk-edge", single, params)
+        statement = self._statements.get(shape)
+        if statement is None:
+            statement = (
+                sa.select(M.inserted_at, M.id)
+                .where(*self._branch_conditions(single, 0, "after_at" in params))
+                .order_by(M.inserted_at.desc(), M.id.desc())
+                .limit(1)
+                .offset(WALK_ROWS - 1)
+            )
+            self._remember(shape, statement)
+        return statement
+
+    def _walk_statement(
+        self, single: MemoryQuery, params: dict[str, Any], edged: bool
+    ) -> sa.Select[Any]:
+        """The newest matches of a one-audience query, no older than its walk edge (if any)."""
+        shape = (*self._shape("walk", single, params), edged)
+        statement = self._statements.get(shape)
+        if statement is None:
+            conditions = self._branch_conditions(
+                single, 0, "after_at" in params, recheck=_recheck_names(params)
+            )
+            if edged:
+                conditions.append(
+                    sa.tuple_(M.inserted_at, M.id)
+                    >= sa.tuple_(
+                        sa.bindparam("edge_at", type_=UTCDateTime()),
+                        sa.bindparam("edge_id", type_=sa.Uuid()),
+                    )
+                )
+            statement = (
+                sa.select(*MEMORY_COLUMNS)
+                .where(*conditions)
+                .order_by(M.inserted_at.desc(), M.id.desc())
+                .limit(sa.bindparam("limit", type_=sa.Integer()))
+            )
+            self._remember(shape, statement)
+        return statement
 
     def rank_memories(
         self, query: MemoryQuery, *, limit: int, after: RankPosition | None = None
@@ -182,7 +274,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
         if statement is None:
             statement = self._ranked_statement(query, after is not None)
             self._remember(shape, statement)
-        with self._read() as conn, self._bounded(conn, query):
+        with self._search_read() as conn, self._search_budget(conn):
             rows = conn.execute(statement, params)
             return [Ranked(to_memory(row[1:]), float(row[0])) for row in rows]
 
@@ -247,12 +339,11 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
             keys = self._matching_keys(query, after=False, depth=False)
             statement = sa.select(sa.func.count()).select_from(keys)
             self._remember(shape, statement)
-        with self._read() as conn, self._bounded(conn, query):
+        if query.search is None:
+            with self._read() as conn:
+                return int(conn.execute(statement, params).scalar_one())
+        with self._search_read() as conn, self._search_budget(conn):
             return int(conn.execute(statement, params).scalar_one())
-
-    def _bounded(self, conn: Connection, query: MemoryQuery) -> AbstractContextManager[None]:
-        """A search runs within its time budget; a plain list is bounded by its indexes."""
-        return self._search_budget(conn) if query.search is not None else nullcontext()
 
     def _remember(self, shape: tuple[Any, ...], statement: sa.Select[Any]) -> None:
         if len(self._statements) >= MAX_CACHED_STATEMENTS:
@@ -265,23 +356,34 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
         audience, filter, search or keyset position it binds): equal shapes have equal SQL."""
         return (kind, tuple(params), tuple(a.without_subject for a in query.audiences))
 
-    def _list_params(self, query: MemoryQuery, after: Position | None) -> dict[str, Any]:
+    def _list_params(
+        self, query: MemoryQuery, after: Position | None, plan: SearchPlan | None = None
+    ) -> dict[str, Any]:
         params = {f"f_{name}": value for name, value in filter_values(query)}
+        search = plan.driver if plan is not None else query.search
         for i, audience in enumerate(query.audiences):
             for name, value in audience_values(audience):
                 params[f"a{i}_{name}"] = value
-            if query.search is not None:
-                params[f"a{i}_search"] = self._search_value(query.search, audience)
+            if search is not None:
+                params[f"a{i}_search"] = self._search_value(search, audience)
+        if plan is not None and plan.recheck and query.search is not None:
+            params.update(self._recheck_values(query.search))
         if after is not None:
             params["after_at"] = after.inserted_at
             params["after_id"] = after.id
         return params
 
     def _branch_conditions(
-        self, query: MemoryQuery, index: int, after: bool, search: bool = True
+        self,
+        query: MemoryQuery,
+        index: int,
+        after: bool,
+        search: bool = True,
+        recheck: tuple[str, ...] = (),
     ) -> list[sa.ColumnElement[bool]]:
         """Audience `index` of the query, its filters, its search (unless `search` is False: a
-        ranked branch matches it in its own FROM) and the keyset position."""
+        ranked branch matches it in its own FROM), the check of every term on the row (bound to
+        the `recheck` parameters) and the keyset position."""
         audience = query.audiences[index]
         conditions = [
             _condition(AUDIENCE_SQL, name, f"a{index}_{name}")
@@ -294,6 +396,8 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
         ]
         if search and query.search is not None:
             conditions.append(self._search_clause(sa.bindparam(f"a{index}_search")))
+        if recheck:
+            conditions.append(self._recheck_clause(recheck))
         if after:
             conditions.append(
                 sa.tuple_(M.inserted_at, M.id)
@@ -304,7 +408,9 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
             )
         return conditions
 
-    def _matching_keys(self, query: MemoryQuery, after: bool, depth: bool) -> sa.Subquery:
+    def _matching_keys(
+        self, query: MemoryQuery, after: bool, depth: bool, recheck: tuple[str, ...] = ()
+    ) -> sa.Subquery:
         """`(inserted_at, id)` of every match: one newest-first branch per audience, unioned.
 
         Each branch can walk its own index in order and stop after `depth` rows, so a page of a
@@ -313,7 +419,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
         branches = []
         for index in range(len(query.audiences)):
             branch = sa.select(M.inserted_at, M.id).where(
-                *self._branch_conditions(query, index, after)
+                *self._branch_conditions(query, index, after, recheck=recheck)
             )
             if depth:
                 branch = branch.order_by(M.inserted_at.desc(), M.id.desc()).limit(
@@ -325,6 +431,19 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
 
 
 MAX_CACHED_STATEMENTS = 512
+UNFILTERED: dict[str, Any] = {
+    **{name: None for name in FILTER_NAMES if name != "statuses"},
+    "statuses": tuple(Status),
+}
+RECHECK_PREFIX = "rc_"  # names of the parameters of `_recheck_clause`
+TOO_COMMON = (
+    "Every word of this search is in too many memories to look up, and they are rarely "
+    "together: add a rarer word, or narrow the list with memory_scope or filters"
+)
+
+
+def _recheck_names(params: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(name for name in params if name.startswith(RECHECK_PREFIX))
 
 
 def _condition(table: dict[str, FieldSql | None], name: str, key: str) -> sa.ColumnElement[bool]:

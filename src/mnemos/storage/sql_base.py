@@ -17,6 +17,7 @@ from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.errors import InsufficientStorage, StorageUnavailable
 from mnemos.storage.schema import server_secrets
+from mnemos.storage.search_plan import TermStats
 
 DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
 
@@ -69,6 +70,25 @@ class SqlBase(abc.ABC):
     def _search_budget(self, conn: Connection) -> AbstractContextManager[None]:
         """Stop a statement run inside this block on `conn` once it has taken longer than
         `self._search_budget_ms`, raising `SearchTooExpensive` instead of its database error."""
+
+    @abc.abstractmethod
+    def _term_stats(self, conn: Connection, search: SearchQuery) -> TermStats | None:
+        """Estimates of how many memories hold each of `search.parts()`, read cheaply from the
+        index's statistics (`search_plan.py`); None when there are none."""
+
+    @abc.abstractmethod
+    def _recheck_values(self, search: SearchQuery) -> dict[str, Any]:
+        """The parameters of `_recheck_clause` for `search`, each named `rc_...`: their names
+        tell the clause's shape apart, their values are the search's terms."""
+
+    @abc.abstractmethod
+    def _recheck_clause(self, names: tuple[str, ...]) -> sa.ColumnElement[bool]:
+        """A condition on a `memories` row that holds exactly when it matches every term of the
+        search whose `_recheck_values` have these names, checked on the row (no index)."""
+
+    def _search_read(self) -> AbstractContextManager[Connection]:
+        """A connection for a search (run inside `_search_budget`)."""
+        return self._read()
 
     @abc.abstractmethod
     def _insert_ignore(self, table: sa.Table) -> Insert:

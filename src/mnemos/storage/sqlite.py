@@ -9,6 +9,8 @@ FTS5 table of words and scope tokens kept in step by triggers (migrations 0001 a
 from __future__ import annotations
 
 import fcntl
+import math
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -25,7 +27,8 @@ from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
-from mnemos.storage.sql import SqlStore
+from mnemos.storage.search_plan import TermStats
+from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
 from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
 from mnemos.storage.watchdog import Watchdog
 
@@ -76,6 +79,70 @@ def scope_tokens_sql(row: str) -> str:
     return f"trim({tokens})"
 
 
+STATS_SECONDS = 60.0  # how long a process keeps the term estimates it read
+MAX_CACHED_RANGES = 4096
+DOCS_PER_PAGE = 1_000
+"""Index entries of one word per FTS5 leaf page of 4,050 bytes, roughly (a rowid delta, a
+position list). Turns pages, which measure what a lookup reads, into `search_plan.TermStats`;
+measured on the bench's data: 1,650 for `harbor`, 350-650 for 5-letter prefixes covering words
+that often occur twice in a memory."""
+
+# The pages of the FTS5 segment index each term range spans, summed over segments. `%_idx` holds
+# one row per leaf page that starts a term (`segid`, the term's first bytes behind the index's
+# prefix byte '0', and `pgno`, the page number shifted left by one bit): the whole pages between
+# the last one starting before a range and the first one starting after it hold the range's
+# entries (a range within one page counts as none). A few B-tree seeks per segment.
+TERM_PAGES_SQL = """
+WITH RECURSIVE seg(id) AS (
+  SELECT min(segid) FROM memories_fts_idx
+  UNION ALL
+  SELECT (SELECT min(segid) FROM memories_fts_idx WHERE segid > seg.id) FROM seg
+  WHERE seg.id IS NOT NULL
+), ranges(k, lo, hi) AS (VALUES {values})
+SELECT k, sum(max(0,
+  (coalesce(
+    (SELECT pgno FROM memories_fts_idx i WHERE i.segid = seg.id AND i.term >= ranges.hi
+     ORDER BY i.term LIMIT 1),
+    (SELECT pgno + 2 FROM memories_fts_idx i WHERE i.segid = seg.id ORDER BY i.term DESC LIMIT 1))
+   >> 1)
+  - (coalesce(
+    (SELECT pgno FROM memories_fts_idx i WHERE i.segid = seg.id AND i.term < ranges.lo
+     ORDER BY i.term DESC LIMIT 1),
+    (SELECT pgno FROM memories_fts_idx i WHERE i.segid = seg.id ORDER BY i.term LIMIT 1))
+   >> 1)
+  - 1))
+FROM seg, ranges WHERE seg.id IS NOT NULL GROUP BY k
+"""
+
+
+def term_ranges(search: SearchQuery) -> list[list[tuple[bytes, bytes]]]:
+    """Per part of `search.parts()`, the `%_idx` term ranges its index entries lie in: a prefix
+    covers every word that starts with it, a whole word itself, a phrase each of its words."""
+    ranges: list[list[tuple[bytes, bytes]]] = []
+    for part in search.parts():
+        key = [b"0" + word.encode() for word in part.words]
+        if key:
+            ranges.append([(key[0], key[0] + b"\xff")])  # no UTF-8 byte is 0xff
+        else:
+            words = part.whole_words or part.phrases[0]
+            ranges.append([(b"0" + w.encode(), b"0" + w.encode() + b"\x00") for w in words])
+    return ranges
+
+
+def recheck_values(search: SearchQuery) -> dict[str, str]:
+    """`SqliteStore._recheck_values`: `search_text` is the content's words joined by single
+    spaces (`index_text`), so a word starting with a prefix follows a space, and a whole word or a
+    phrase stands between spaces. `p` parameters are prefixes, `w` whole words and phrases."""
+    values = {}
+    for index, part in enumerate(search.parts()):
+        if part.words:
+            values[f"{RECHECK_PREFIX}p{index}"] = " " + part.words[0]
+        else:
+            words = part.whole_words or part.phrases[0]
+            values[f"{RECHECK_PREFIX}w{index}"] = " " + " ".join(words) + " "
+    return values
+
+
 def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine:
     engine = sa.create_engine(
         url,
@@ -119,6 +186,9 @@ class SqliteStore(SqlStore):
         if on_disk:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._writes = GroupCommit(self._transaction)
+        self._pages: dict[tuple[bytes, bytes], int] = {}  # `_term_stats`' cache, per range
+        self._rows = 0
+        self._stats_at = -math.inf
         # Writers in other processes (`mnemos serve --workers N`) queue on an OS lock beside the
         # database: the kernel wakes the next one the moment a write commits, where SQLite's
         # busy handler would sleep 1-100 ms between retries. Other programs still meet
@@ -201,6 +271,43 @@ class SqliteStore(SqlStore):
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:
         return fts5_query(search, audience)
+
+    def _term_stats(self, conn: Connection, search: SearchQuery) -> TermStats | None:
+        # Estimates need not be fresh: each range's pages are kept for `STATS_SECONDS`.
+        now = time.monotonic()
+        if now - self._stats_at > STATS_SECONDS or len(self._pages) > MAX_CACHED_RANGES:
+            self._pages.clear()
+            self._rows = int(conn.exec_driver_sql("SELECT max(pk) FROM memories").scalar() or 0)
+            self._stats_at = now
+        ranges = term_ranges(search)
+        missing = list({span for spans in ranges for span in spans if span not in self._pages})
+        if missing:
+            values = ", ".join("(?, ?, ?)" for _ in missing)
+            params = tuple(value for k, span in enumerate(missing) for value in (k, *span))
+            found: dict[int, Any] = dict(
+                conn.exec_driver_sql(TERM_PAGES_SQL.format(values=values), params).all()
+            )
+            for k, span in enumerate(missing):
+                self._pages[span] = max(int(found.get(k) or 0), 0)
+        postings = (sum(self._pages[span] for span in spans) * DOCS_PER_PAGE for spans in ranges)
+        return TermStats(self._rows, tuple(postings))
+
+    def _recheck_values(self, search: SearchQuery) -> dict[str, Any]:
+        return recheck_values(search)
+
+    def _recheck_clause(self, names: tuple[str, ...]) -> sa.ColumnElement[bool]:
+        text = sa.literal(" ") + memories.c.search_text
+        spaced = text + sa.literal(" ")
+        return sa.and_(
+            *(
+                sa.func.instr(
+                    text if name[len(RECHECK_PREFIX)] == "p" else spaced,
+                    sa.bindparam(name, type_=sa.String()),
+                )
+                > 0
+                for name in names
+            )
+        )
 
     @contextmanager
     def _search_budget(self, conn: Connection) -> Iterator[None]:
