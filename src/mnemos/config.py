@@ -62,6 +62,11 @@ class Settings(BaseSettings):
     jwt_audience: str = ""
     jwks_url: str = ""
     jwks_file: Path | None = None
+    # The people's web page (`/ui/`): how long a signed-in browser session lasts, and whether
+    # its cookie is always marked Secure (it is whenever the request came over HTTPS; set this
+    # behind a TLS-terminating proxy that forwards plain HTTP without proxy headers).
+    ui_session_seconds: int = Field(default=1800, ge=60, le=24 * 3600)
+    ui_secure_cookie: bool = False
 
     @field_validator("jwt_secret")
     @classmethod

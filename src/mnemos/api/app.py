@@ -20,11 +20,13 @@ from mnemos.api.middleware import (
     RequestContextMiddleware,
 )
 from mnemos.api.responses import JSONResponse, errors
+from mnemos.api.ui import install_ui
 from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.pagination import CursorCodec
 from mnemos.domain.rooms import RoomService
+from mnemos.domain.sessions import SessionSigner
 from mnemos.domain.superagent import SuperagentMemories
 from mnemos.domain.tokens import TokenVerifier
 from mnemos.domain.tuya import TuyaMemories
@@ -51,6 +53,7 @@ def build_services(settings: Settings, store: Store | None = None) -> Services:
         tuya_auth=TuyaAuth(store),
         tuya=TuyaMemories(store),
         superagent=SuperagentMemories(store),
+        sessions=SessionSigner(store, settings.ui_session_seconds),
     )
 
 
@@ -95,6 +98,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.include_router(chats.human_router)
     app.include_router(tuya.router)
     app.include_router(superagent.router)
+    install_ui(app)
 
     @app.get("/healthz", tags=["Operations"], summary="Health check")
     def healthz(svc: Services = Depends(services)) -> JSONResponse:

@@ -236,12 +236,18 @@ def _replace_key(store: AccountStore, kind: KeyKind, principal_id: uuid.UUID) ->
     return key
 
 
+def owned_agent(store: AccountStore, owner_id: uuid.UUID, agent_id: uuid.UUID | None) -> Agent:
+    """One of a person's agents (404 for anyone else's: existence is not leaked)."""
+    agent = store.get_agent(agent_id) if agent_id else None
+    if agent is None or agent.owner_id != owner_id:
+        raise NotFound("Agent not found")
+    return agent
+
+
 def delete_owned_agent(
     store: AccountStore, owner_id: uuid.UUID, agent_id: uuid.UUID | None
 ) -> Agent:
     """Delete one of a person's agents (404 for anyone else's: existence is not leaked)."""
-    agent = store.get_agent(agent_id) if agent_id else None
-    if agent is None or agent.owner_id != owner_id:
-        raise NotFound("Agent not found")
+    agent = owned_agent(store, owner_id, agent_id)
     store.delete_agent(agent.id)
     return agent

@@ -9,21 +9,22 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from mnemos.domain.ids import try_uuid, utcnow
-from mnemos.domain.memories import MemoryPage, MemoryService
+from mnemos.domain.memories import MemoryPage, MemoryService, RankedPage
 from mnemos.domain.models import Memory, Status, UserContext
 from mnemos.domain.pagination import PageRequest
 from mnemos.domain.people import actor_of, sees_agent, sees_user
 from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
-from mnemos.domain.queries import Filters
+from mnemos.domain.queries import ALL_STATUSES, Filters, MemoryQuery, Order
 from mnemos.domain.visibility import (
     MAX_BRANCHES,
     Reach,
+    admitted,
     human_audiences,
     human_changes,
     require_memory_plan,
     shows,
 )
-from mnemos.errors import Forbidden, MemoryNotArchived, NotFound
+from mnemos.errors import Forbidden, MemoryNotArchived, NotFound, invalid_field
 
 HumanView = Literal["about_me", "organization", "room", "all"]
 """Which of (a)-(d) a person's list shows (wire: the human API's `scope`); not a memory `Scope`."""
@@ -47,16 +48,53 @@ class HumanMemoryService:
         self.memories = memories
         self.store = store
 
-    def list_page(
-        self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
-    ) -> MemoryPage:
+    def query(
+        self,
+        ctx: UserContext,
+        params: HumanListParams,
+        filters: Filters,
+        order: Order = Order.NEWEST,
+    ) -> MemoryQuery:
+        """What the person's list of `params` and `filters` runs (after the plan check)."""
         require_memory_plan(ctx.user, ctx.organization)
-        query = filters.within(
+        return filters.within(
             human_audiences(ctx, params.scope, self.reach(ctx)),
+            order,
             chat_room_id=params.chat_room_id,
             source_agent_id=params.source_agent_id,
         )
-        return self.memories.page(query, request)
+
+    def list_page(
+        self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
+    ) -> MemoryPage:
+        return self.memories.page(self.query(ctx, params, filters), request)
+
+    def search_page(
+        self,
+        ctx: UserContext,
+        params: HumanListParams,
+        filters: Filters,
+        limit: int,
+        cursor: str | None = None,
+    ) -> RankedPage:
+        """The same list, best match for `filters.search` first (full-text relevance)."""
+        if filters.search is None:
+            raise invalid_field("content_query", "is required to rank by relevance")
+        query = self.query(ctx, params, filters, Order.RELEVANCE)
+        return self.memories.ranked_page(query, limit, cursor)
+
+    def may_change(self, ctx: UserContext, items: list[Memory]) -> set[uuid.UUID]:
+        """Which of `items` the person may delete, supersede, archive or restore (the rule of
+        `_changeable`, decided for a whole page with one query)."""
+        agents = tuple(agent.id for agent in self.store.agents_of(ctx.user.id))
+        changes = human_changes(ctx, agents)
+        return {memory.id for memory in items if admitted(changes, memory)}
+
+    def count_about(self, ctx: UserContext) -> int:
+        """How many memories are about the person (the list's `about_me`, every status)."""
+        require_memory_plan(ctx.user, ctx.organization)
+        audiences = human_audiences(ctx, "about_me")
+        return self.store.count_memories(MemoryQuery(audiences=audiences, statuses=ALL_STATUSES))
 
     def page_with_display(
         self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
