@@ -17,6 +17,7 @@ from typing import Protocol
 import jwt
 
 from mnemos.config import DEFAULT_MAX_AGENTS_PER_USER
+from mnemos.domain.history import by_person
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Agent, Organization, User
 from mnemos.domain.ports import AccountStore, KeyKind, Secrets
@@ -243,5 +244,5 @@ def delete_owned_agent(
     agent = store.get_agent(agent_id) if agent_id else None
     if agent is None or agent.owner_id != owner_id:
         raise NotFound("Agent not found")
-    store.delete_agent(agent.id)
+    store.delete_agent(agent.id, by=by_person(owner_id))
     return agent

@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from mnemos.domain.history import by_user
 from mnemos.domain.ids import try_uuid, utcnow
 from mnemos.domain.memories import MemoryPage, MemoryService
 from mnemos.domain.models import Memory, Status, UserContext
@@ -95,13 +96,13 @@ class HumanMemoryService:
 
     def delete(self, ctx: UserContext, memory_id: str) -> None:
         memory = self._changeable(ctx, memory_id)
-        self.store.delete_memory(memory.id)
+        self.store.delete_memory(memory.id, by=by_user(ctx))
 
     def set_status(self, ctx: UserContext, memory_id: str, status: Status) -> Memory:
         memory = self._changeable(ctx, memory_id)
         if status is Status.ACTIVE and memory.status is not Status.ARCHIVED:
             raise MemoryNotArchived(details={"status": memory.status.value})
-        updated = self.store.set_memory_status(memory.id, status, utcnow())
+        updated = self.store.set_memory_status(memory.id, status, utcnow(), by=by_user(ctx))
         if updated is None:
             raise NotFound("Memory not found")
         return updated

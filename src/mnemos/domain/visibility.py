@@ -193,6 +193,15 @@ def human_changes(ctx: UserContext) -> tuple[Audience, ...]:
     )
 
 
+# --- people's rights -------------------------------------------------------------------------
+
+
+def about(person_id: uuid.UUID) -> Audience:
+    """What is about a person, for their rights (count, export, erase): every memory whose
+    subject they are, any scope and status. Memories their agents stored about others are not."""
+    return Audience(subject_id=person_id)
+
+
 # --- Superagent ------------------------------------------------------------------------------
 
 
