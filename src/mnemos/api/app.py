@@ -10,7 +10,7 @@ from anyio import to_thread
 from fastapi import Depends, FastAPI
 
 from mnemos import __version__
-from mnemos.api import band_agent, band_human, chats, superagent, tuya
+from mnemos.api import band_agent, band_human, chats, rights, superagent, tuya
 from mnemos.api.deps import Services, services
 from mnemos.api.error_handlers import install_error_handlers
 from mnemos.api.middleware import (
@@ -25,6 +25,7 @@ from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.pagination import CursorCodec
+from mnemos.domain.rights import RightsService
 from mnemos.domain.rooms import RoomService
 from mnemos.domain.sessions import SessionSigner
 from mnemos.domain.superagent import SuperagentMemories
@@ -43,11 +44,13 @@ def build_services(settings: Settings, store: Store | None = None) -> Services:
     store = store or open_store(settings)
     codec = CursorCodec(store.secret(CURSOR_SECRET))
     memories = MemoryService(store, codec, max_content_chars=settings.max_content_chars)
+    human = HumanMemoryService(memories, store)
     return Services(
         settings=settings,
         store=store,
         memories=memories,
-        human=HumanMemoryService(memories, store),
+        human=human,
+        rights=RightsService(store, human),
         rooms=RoomService(store),
         tokens=TokenVerifier(settings, store),
         tuya_auth=TuyaAuth(store),
@@ -92,6 +95,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.add_middleware(InFlightLimitMiddleware, max_in_flight=settings.max_in_flight)
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
+    app.include_router(rights.human_router)  # before the Band routers: /memories/export
+    app.include_router(rights.agent_router)
     app.include_router(band_agent.router)
     app.include_router(band_human.router)
     app.include_router(chats.agent_router)

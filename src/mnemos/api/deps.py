@@ -13,6 +13,7 @@ from mnemos.domain.accounts import hash_key
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.models import AgentContext, UserContext
+from mnemos.domain.rights import RightsService
 from mnemos.domain.rooms import RoomService
 from mnemos.domain.sessions import SessionSigner
 from mnemos.domain.superagent import SuperagentMemories
@@ -29,6 +30,7 @@ class Services:
     store: Store
     memories: MemoryService
     human: HumanMemoryService
+    rights: RightsService
     rooms: RoomService
     tokens: TokenVerifier
     tuya_auth: TuyaAuth

@@ -17,6 +17,7 @@ from typing import Protocol
 import jwt
 
 from mnemos.config import DEFAULT_MAX_AGENTS_PER_USER
+from mnemos.domain.history import by_person
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Agent, Organization, User
 from mnemos.domain.ports import AccountStore, KeyKind, Secrets
@@ -249,5 +250,5 @@ def delete_owned_agent(
 ) -> Agent:
     """Delete one of a person's agents (404 for anyone else's: existence is not leaked)."""
     agent = owned_agent(store, owner_id, agent_id)
-    store.delete_agent(agent.id)
+    store.delete_agent(agent.id, by=by_person(owner_id))
     return agent

@@ -8,13 +8,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from mnemos.domain.history import by_user
 from mnemos.domain.ids import try_uuid, utcnow
 from mnemos.domain.memories import MemoryPage, MemoryService, RankedPage
 from mnemos.domain.models import Memory, Status, UserContext
 from mnemos.domain.pagination import PageRequest
 from mnemos.domain.people import actor_of, sees_agent, sees_user
 from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
-from mnemos.domain.queries import ALL_STATUSES, Filters, MemoryQuery, Order
+from mnemos.domain.queries import Filters, MemoryQuery, Order
 from mnemos.domain.visibility import (
     MAX_BRANCHES,
     Reach,
@@ -90,12 +91,6 @@ class HumanMemoryService:
         changes = human_changes(ctx, agents)
         return {memory.id for memory in items if admitted(changes, memory)}
 
-    def count_about(self, ctx: UserContext) -> int:
-        """How many memories are about the person (the list's `about_me`, every status)."""
-        require_memory_plan(ctx.user, ctx.organization)
-        audiences = human_audiences(ctx, "about_me")
-        return self.store.count_memories(MemoryQuery(audiences=audiences, statuses=ALL_STATUSES))
-
     def page_with_display(
         self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
     ) -> tuple[MemoryPage, dict[uuid.UUID, dict[str, Any]]]:
@@ -133,13 +128,13 @@ class HumanMemoryService:
 
     def delete(self, ctx: UserContext, memory_id: str) -> None:
         memory = self._changeable(ctx, memory_id)
-        self.store.delete_memory(memory.id)
+        self.store.delete_memory(memory.id, by=by_user(ctx))
 
     def set_status(self, ctx: UserContext, memory_id: str, status: Status) -> Memory:
         memory = self._changeable(ctx, memory_id)
         if status is Status.ACTIVE and memory.status is not Status.ARCHIVED:
             raise MemoryNotArchived(details={"status": memory.status.value})
-        updated = self.store.set_memory_status(memory.id, status, utcnow())
+        updated = self.store.set_memory_status(memory.id, status, utcnow(), by=by_user(ctx))
         if updated is None:
             raise NotFound("Memory not found")
         return updated

@@ -197,6 +197,15 @@ def human_changes(
     return (about_me, *(Audience(source_agent_id=a, scopes=(Scope.AGENT,)) for a in agents))
 
 
+# --- people's rights -------------------------------------------------------------------------
+
+
+def about(person_id: uuid.UUID) -> Audience:
+    """What is about a person, for their rights (count, export, erase): every memory whose
+    subject they are, any scope and status. Memories their agents stored about others are not."""
+    return Audience(subject_id=person_id)
+
+
 # --- Superagent ------------------------------------------------------------------------------
 
 

@@ -13,15 +13,25 @@ from mnemos.domain.ports import (
     AccountStore,
     KeyKind,
     MemoryStore,
+    RightsStore,
     RoomStore,
     Secrets,
     TuyaStore,
 )
 
-__all__ = ["AccountStore", "KeyKind", "MemoryStore", "RoomStore", "Secrets", "Store", "TuyaStore"]
+__all__ = [
+    "AccountStore",
+    "KeyKind",
+    "MemoryStore",
+    "RightsStore",
+    "RoomStore",
+    "Secrets",
+    "Store",
+    "TuyaStore",
+]
 
 
-class Store(Secrets, MemoryStore, AccountStore, RoomStore, TuyaStore):
+class Store(Secrets, MemoryStore, AccountStore, RoomStore, TuyaStore, RightsStore):
     """Persistent state of one Mnemos deployment: every port, plus its lifecycle."""
 
     @abc.abstractmethod

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
@@ -211,14 +208,8 @@ def about_me(
 def download(who: SignedIn = Depends(signed_in), svc: Services = Depends(services)) -> Response:
     """Every memory about the person, every status, as one JSON document (streamed)."""
 
-    def body() -> Iterator[bytes]:
-        yield b'{"user_id": "' + str(who.ctx.user.id).encode() + b'", "memories": ['
-        for index, row in enumerate(rights.export_about(svc, who.ctx)):
-            yield (b",\n" if index else b"\n") + orjson.dumps(row)
-        yield b"\n]}\n"
-
     return StreamingResponse(
-        body(),
+        rights.export_document(svc, who.ctx),
         media_type="application/json",
         headers={"Content-Disposition": 'attachment; filename="mnemos-my-data.json"'},
     )

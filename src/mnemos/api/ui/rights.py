@@ -1,56 +1,47 @@
-"""The page's calls for a person's rights over what is about them: count, export, erase.
+"""The page's calls for a person's rights over what is about them: count, download, erase.
 
-Kept in this one module so they can follow the privacy API's domain service: the page must
-export and erase exactly what `GET /api/v1/me/memories/export` and
-`POST /api/v1/me/memories/erase` do.
+The same domain service as `GET /api/v1/me/memories/count`, `GET /api/v1/me/memories/export`
+and `POST /api/v1/me/memories/erase` (`domain/rights.py`), and the same export line writer
+(`api/rights.py`), so the page's download holds exactly what the API's export does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+
+import orjson
 
 from mnemos.api.deps import Services
-from mnemos.api.schemas import memory_json
-from mnemos.domain.human import HumanListParams
+from mnemos.api.responses import encodable
+from mnemos.api.rights import exported_json
+from mnemos.domain.history import by_user
 from mnemos.domain.models import UserContext
-from mnemos.domain.pagination import CursorPage, Position
-from mnemos.domain.queries import ALL_STATUSES, Filters
-
-ABOUT_ME = HumanListParams(scope="about_me")
-EVERY_STATUS = Filters(statuses=ALL_STATUSES)
-BATCH = 100
 
 
 def count_about(svc: Services, ctx: UserContext) -> int:
     """How many memories are about the person, every status."""
-    return svc.human.count_about(ctx)
+    return svc.rights.count(ctx)
 
 
-def export_about(svc: Services, ctx: UserContext) -> Iterator[dict[str, Any]]:
-    """Every memory about the person, every status, with its display fields, newest first."""
-    after = None
-    while True:
-        result, shown = svc.human.page_with_display(
-            ctx, ABOUT_ME, EVERY_STATUS, CursorPage(limit=BATCH, after=after)
-        )
-        for memory in result.items:
-            yield {**memory_json(memory), **shown[memory.id]}
-        if not result.meta.get("has_more"):
-            return
-        last = result.items[-1]
-        after = Position(last.inserted_at, last.id)
+def export_document(svc: Services, ctx: UserContext) -> Iterator[bytes]:
+    """Every memory about the person (every status, with display names and history) as one
+    JSON document, `{"user_id": ..., "memories": [...]}`, streamed one batch at a time."""
+    yield b'{"user_id": ' + orjson.dumps(str(ctx.user.id)) + b', "memories": ['
+    first = True
+    for batch in svc.rights.export(ctx):
+        chunk = []
+        for item in batch:
+            value = exported_json(item)
+            try:
+                line = orjson.dumps(value)
+            except orjson.JSONEncodeError:
+                line = orjson.dumps(encodable(value))
+            chunk.append((b"\n" if first else b",\n") + line)
+            first = False
+        yield b"".join(chunk)
+    yield b"\n]}\n"
 
 
 def erase_about(svc: Services, ctx: UserContext) -> int:
-    """Delete every memory about the person, every status; how many were deleted."""
-    erased = 0
-    while True:
-        result = svc.human.list_page(
-            ctx, ABOUT_ME, EVERY_STATUS, CursorPage(limit=BATCH, after=None)
-        )
-        for memory in result.items:
-            svc.human.delete(ctx, str(memory.id))
-            erased += 1
-        if not result.meta.get("has_more"):
-            return erased
+    """Erase every memory about the person, every status; how many were erased."""
+    return svc.rights.erase(ctx, by_user(ctx)).erased

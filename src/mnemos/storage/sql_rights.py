@@ -1,0 +1,91 @@
+"""People's rights in SQL: everything about a person by keyset, their erasure, history rows."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from mnemos.domain.models import ActorType, Change, ChangedBy, Erasure, HistoryEvent, Memory
+from mnemos.storage.rows import MEMORY_COLUMNS, to_memory
+from mnemos.storage.schema import UTCDateTime, erasures, memories, memory_history
+from mnemos.storage.sql_base import SqlBase
+
+M = memories.c
+H = memory_history.c
+E = erasures.c
+
+# Keyset over the subject index (`ix_memories_subject_scope_order`): one range scan per batch.
+_ABOUT_ORDER = (M.scope, M.inserted_at, M.id)
+_AFTER = sa.tuple_(*_ABOUT_ORDER) > sa.tuple_(
+    sa.bindparam("after_scope", type_=sa.String()),
+    sa.bindparam("after_at", type_=UTCDateTime()),
+    sa.bindparam("after_id", type_=sa.Uuid()),
+)
+_ABOUT = sa.select(*MEMORY_COLUMNS).where(M.subject_id == sa.bindparam("subject_id"))
+_ABOUT_FIRST = _ABOUT.order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
+_ABOUT_NEXT = _ABOUT.where(_AFTER).order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
+
+
+def _by(row: Any) -> ChangedBy:
+    return ChangedBy(ActorType(row.actor_type), row.actor_id, row.request_id)
+
+
+class RightsSql(SqlBase):
+    """`RightsStore` over SQLAlchemy Core."""
+
+    def memories_about(
+        self, subject_id: uuid.UUID, *, after: Memory | None, limit: int
+    ) -> Sequence[Memory]:
+        params: dict[str, Any] = {"subject_id": subject_id, "limit": limit}
+        statement = _ABOUT_FIRST
+        if after is not None:
+            statement = _ABOUT_NEXT
+            params |= {"after_scope": after.scope.value, "after_at": after.inserted_at}
+            params["after_id"] = after.id
+        with self._read() as conn:
+            return [to_memory(row) for row in conn.execute(statement, params)]
+
+    def erase_subject(self, erasure: Erasure) -> int:
+        subject = erasure.subject_id
+        with self._write() as conn:
+            erased = self._delete_memories(conn, M.subject_id == subject)
+            conn.execute(memory_history.delete().where(H.subject_id == subject))
+            conn.execute(
+                erasures.insert().values(
+                    id=erasure.id,
+                    subject_id=subject,
+                    actor_type=erasure.by.type.value,
+                    actor_id=erasure.by.id,
+                    request_id=erasure.by.request_id,
+                    erased=erased,
+                    at=erasure.at,
+                )
+            )
+        return erased
+
+    def erasures_of(self, subject_id: uuid.UUID) -> list[Erasure]:
+        query = sa.select(erasures).where(E.subject_id == subject_id).order_by(E.at, E.id)
+        with self._read() as conn:
+            return [
+                Erasure(row.id, row.subject_id, _by(row), row.at, row.erased)
+                for row in conn.execute(query)
+            ]
+
+    def history_of(self, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[Change]]:
+        found: dict[uuid.UUID, list[Change]] = {memory_id: [] for memory_id in memory_ids}
+        if not memory_ids:
+            return found
+        query = (
+            sa.select(memory_history)
+            .where(H.memory_id.in_(list(memory_ids)))
+            .order_by(H.memory_id, H.pk)
+        )
+        with self._read() as conn:
+            for row in conn.execute(query):
+                event = HistoryEvent(row.event)
+                change = Change(row.memory_id, event, _by(row), row.at, row.superseded_by)
+                found[row.memory_id].append(change)
+        return found
