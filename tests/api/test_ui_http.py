@@ -290,6 +290,7 @@ def test_refused_changes_and_a_safe_way_back(client: TestClient, world: World) -
         ann_token = signed_in(ann_browser, ann)
         answer = ann_browser.post(f"/ui/memories/{shared}/archive", data={"csrf_token": ann_token})
         assert answer.status_code == 403 and "Only memories about you" in error_message(answer)
+        assert ann_browser.get(f"/ui/memories/{shared}/delete").status_code == 403
         for back in ("https://evil.test/", "//evil.test/", "/ui/\\evil", "/api/v1/me/profile"):
             done = ann_browser.post(
                 f"/ui/memories/{about_ann}/archive",

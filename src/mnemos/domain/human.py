@@ -86,7 +86,7 @@ class HumanMemoryService:
 
     def may_change(self, ctx: UserContext, items: list[Memory]) -> set[uuid.UUID]:
         """Which of `items` the person may delete, supersede, archive or restore (the rule of
-        `_changeable`, decided for a whole page with one query)."""
+        `changeable`, decided for a whole page with one query)."""
         agents = tuple(agent.id for agent in self.store.agents_of(ctx.user.id))
         changes = human_changes(ctx, agents)
         return {memory.id for memory in items if admitted(changes, memory)}
@@ -119,7 +119,7 @@ class HumanMemoryService:
             raise Forbidden("This memory is not visible to you")
         return memory
 
-    def _changeable(self, ctx: UserContext, memory_id: str) -> Memory:
+    def changeable(self, ctx: UserContext, memory_id: str) -> Memory:
         """(a) a memory about the caller, or (d) an agent-scoped memory of one of their agents."""
         memory = self.get(ctx, memory_id)
         if shows(self.store, human_changes(ctx), memory.id):
@@ -127,11 +127,11 @@ class HumanMemoryService:
         raise Forbidden("Only memories about you or made privately by your agents can be changed")
 
     def delete(self, ctx: UserContext, memory_id: str) -> None:
-        memory = self._changeable(ctx, memory_id)
+        memory = self.changeable(ctx, memory_id)
         self.store.delete_memory(memory.id, by=by_user(ctx))
 
     def set_status(self, ctx: UserContext, memory_id: str, status: Status) -> Memory:
-        memory = self._changeable(ctx, memory_id)
+        memory = self.changeable(ctx, memory_id)
         if status is Status.ACTIVE and memory.status is not Status.ARCHIVED:
             raise MemoryNotArchived(details={"status": memory.status.value})
         updated = self.store.set_memory_status(memory.id, status, utcnow(), by=by_user(ctx))

@@ -205,8 +205,8 @@ def confirm_delete(
     who: SignedIn = Depends(signed_in),
     svc: Services = Depends(services),
 ) -> Response:
-    """Asks before deleting (the memory must be visible: 404/403 as the API answers)."""
-    memory = svc.human.get(who.ctx, id)
+    """Asks before deleting a memory the person may delete (else 404/403, as the delete)."""
+    memory = svc.human.changeable(who.ctx, id)
     return page(
         "confirm.html",
         who=who,
