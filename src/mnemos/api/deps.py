@@ -13,6 +13,7 @@ from mnemos.domain.accounts import hash_key
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.models import AgentContext, UserContext
+from mnemos.domain.retention import RetentionService
 from mnemos.domain.rights import RightsService
 from mnemos.domain.rooms import RoomService
 from mnemos.domain.superagent import SuperagentMemories
@@ -35,6 +36,7 @@ class Services:
     tuya_auth: TuyaAuth
     tuya: TuyaMemories
     superagent: SuperagentMemories
+    retention: RetentionService
 
 
 async def services(request: Request) -> Services:

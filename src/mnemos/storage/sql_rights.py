@@ -1,16 +1,39 @@
-"""People's rights in SQL: everything about a person by keyset, their erasure, history rows."""
+"""People's rights in SQL: everything about a person by keyset, their erasure, history rows,
+and retention."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from mnemos.domain.models import ActorType, Change, ChangedBy, Erasure, HistoryEvent, Memory
+from mnemos.domain.ids import utcnow
+from mnemos.domain.models import (
+    ActorType,
+    Change,
+    ChangedBy,
+    Erasure,
+    HistoryEvent,
+    Memory,
+    RetentionPolicy,
+    Status,
+    System,
+)
+from mnemos.storage.history_rows import history_row, record
 from mnemos.storage.rows import MEMORY_COLUMNS, to_memory
-from mnemos.storage.schema import UTCDateTime, erasures, memories, memory_history
+from mnemos.storage.schema import (
+    UTCDateTime,
+    agents,
+    erasures,
+    memories,
+    memory_history,
+    organizations,
+    retention_policies,
+    users,
+)
 from mnemos.storage.sql_base import SqlBase
 
 M = memories.c
@@ -89,3 +112,68 @@ class RightsSql(SqlBase):
                 change = Change(row.memory_id, event, _by(row), row.at, row.superseded_by)
                 found[row.memory_id].append(change)
         return found
+
+    # --- retention -------------------------------------------------------------------------
+
+    def set_retention(self, policy: RetentionPolicy) -> bool:
+        R = retention_policies.c
+        mine = sa.and_(R.organization_id == policy.organization_id, R.system == policy.system.value)
+        with self._write() as conn:
+            exists = conn.execute(
+                sa.select(organizations.c.id).where(organizations.c.id == policy.organization_id)
+            ).first()
+            if exists is None:
+                return False
+            conn.execute(retention_policies.delete().where(mine))
+            if policy.days > 0:
+                conn.execute(
+                    retention_policies.insert().values(
+                        organization_id=policy.organization_id,
+                        system=policy.system.value,
+                        days=policy.days,
+                    )
+                )
+        return True
+
+    def retention_policies(self) -> list[RetentionPolicy]:
+        R = retention_policies.c
+        query = sa.select(R.organization_id, R.system, R.days).order_by(R.organization_id, R.system)
+        with self._read() as conn:
+            return [
+                RetentionPolicy(org, System(system), days)
+                for org, system, days in conn.execute(query)
+            ]
+
+    def expire_memories(
+        self, policy: RetentionPolicy, before: datetime, batch: int, by: ChangedBy
+    ) -> int:
+        org = policy.organization_id
+        its_agents = (
+            sa.select(agents.c.id)
+            .join(users, users.c.id == agents.c.owner_id)
+            .where(users.c.organization_id == org)
+        )
+        chosen = (
+            sa.select(M.pk)
+            .where(
+                M.system == policy.system.value,
+                M.status.in_([Status.ACTIVE.value, Status.SUPERSEDED.value]),
+                M.inserted_at < before,
+                sa.or_(
+                    M.organization_id == org,
+                    sa.and_(M.organization_id.is_(None), M.source_agent_id.in_(its_agents)),
+                ),
+            )
+            .limit(batch)
+        )
+        now = utcnow()
+        with self._write() as conn:
+            expired = conn.execute(
+                memories.update()
+                .where(M.pk.in_(chosen))
+                .values(status=Status.ARCHIVED.value, updated_at=now)
+                .returning(M.id, M.subject_id)
+            ).all()
+            event = HistoryEvent.EXPIRED
+            record(conn, (history_row(i, s, event, by, now) for i, s in expired))
+        return len(expired)
