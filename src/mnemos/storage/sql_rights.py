@@ -52,6 +52,10 @@ _ABOUT_FIRST = _ABOUT.order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 _ABOUT_NEXT = _ABOUT.where(_AFTER).order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 
 
+_ACTOR_TYPES = {member.value: member for member in ActorType}
+_EVENTS = {member.value: member for member in HistoryEvent}
+
+
 def _by(row: Any) -> ChangedBy:
     return ChangedBy(ActorType(row.actor_type), row.actor_id, row.request_id)
 
@@ -101,6 +105,19 @@ class RightsSql(SqlBase):
         found: dict[uuid.UUID, list[Change]] = {memory_id: [] for memory_id in memory_ids}
         if not memory_ids:
             return found
+        query = (
+            sa.select(H.memory_id, H.event, H.actor_type, H.actor_id, H.request_id, H.at)
+            .add_columns(H.superseded_by)
+            .where(H.memory_id.in_(list(memory_ids)))
+            .order_by(H.memory_id, H.pk)
+        )
+        # An export reads a history row per change of every memory: enum members by dict lookup
+        # (several times faster than calling the enum class).
+        with self._read() as conn:
+            for memory_id, event, kind, actor, request, at, successor in conn.execute(query):
+                by = ChangedBy(_ACTOR_TYPES[kind], actor, request)
+                found[memory_id].append(Change(memory_id, _EVENTS[event], by, at, successor))
+        return found
         query = (
             sa.select(memory_history)
             .where(H.memory_id.in_(list(memory_ids)))
