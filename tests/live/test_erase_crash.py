@@ -97,7 +97,6 @@ def test_kill_9_mid_erasure_is_all_or_nothing(database: str) -> None:
     agent = accounts.create_agent(store, other.user.id, "Bot", None).agent.id
     subject = person.user.id
     _fill(store, other.user.id, agent, org.id)  # someone else's, never touched
-    outcomes = []
     for _round in range(3):
         if _state(store, subject)[0] == 0:
             _fill(store, subject, agent, org.id)
@@ -108,15 +107,13 @@ def test_kill_9_mid_erasure_is_all_or_nothing(database: str) -> None:
             text=True,
         )
         assert eraser.stdout is not None and eraser.stdout.readline().strip() == "erasing"
-        subprocess.run(["sleep", f"{random.uniform(0, 0.4):.3f}"], check=True)
+        subprocess.run(["sleep", f"{random.uniform(0, 1.5):.3f}"], check=True)
         eraser.kill()  # SIGKILL
         eraser.wait()
         after = _state(store, subject)
-        erased = after[2] > before[2]
+        erased = after[2] > before[2]  # the kill came after the commit
         assert after == ((0, 0, before[2] + 1) if erased else before), (before, after)
-        outcomes.append("erased" if erased else "intact")
     assert _state(store, other.user.id)[:2] == (ROWS, ROWS)
     if database.startswith("sqlite"):
         assert store.integrity_check() == "ok"  # type: ignore[attr-defined]
     store.close()
-    print("outcomes:", outcomes)
