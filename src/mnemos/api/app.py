@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from anyio import to_thread
+import anyio
+from anyio import CapacityLimiter, to_thread
 from fastapi import Depends, FastAPI
 
 from mnemos import __version__
@@ -25,6 +29,7 @@ from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.pagination import CursorCodec
+from mnemos.domain.retention import RetentionService
 from mnemos.domain.rights import RightsService
 from mnemos.domain.rooms import RoomService
 from mnemos.domain.sessions import SessionSigner
@@ -38,6 +43,7 @@ from mnemos.storage import open_store
 from mnemos.storage.base import Store
 
 CURSOR_SECRET = "cursor-hmac"
+log = logging.getLogger("mnemos")
 
 
 def build_services(settings: Settings, store: Store | None = None) -> Services:
@@ -57,7 +63,23 @@ def build_services(settings: Settings, store: Store | None = None) -> Services:
         tuya=TuyaMemories(store),
         superagent=SuperagentMemories(store),
         sessions=SessionSigner(store, settings.ui_session_seconds),
+        retention=RetentionService(store, batch=settings.retention_batch),
     )
+
+
+async def expire_forever(service: RetentionService, interval: float) -> None:
+    """Every `interval` seconds, a retention pass in a thread of its own (never one of the
+    request threads), in short batches; a failed pass is logged and the next one runs."""
+    limiter = CapacityLimiter(1)
+    while True:
+        await anyio.sleep(interval)
+        try:
+            expired = await to_thread.run_sync(service.expire, limiter=limiter)
+        except Exception:
+            log.exception("retention pass failed")
+        else:
+            if expired:
+                log.info("retention: archived %d expired memories", expired)
 
 
 def create_app(settings: Settings | None = None, store: Store | None = None) -> FastAPI:
@@ -70,7 +92,17 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         # Blocking work (every synchronous route and dependency) runs in this many threads.
         to_thread.current_default_thread_limiter().total_tokens = settings.resolved_worker_threads()
         app.state.services = build_services(settings, store)
+        interval = settings.retention_interval_seconds
+        expiry = (
+            asyncio.create_task(expire_forever(app.state.services.retention, interval))
+            if interval > 0
+            else None
+        )
         yield
+        if expiry is not None:
+            expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await expiry
         if owns_store:
             app.state.services.store.close()
 

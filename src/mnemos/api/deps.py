@@ -13,6 +13,7 @@ from mnemos.domain.accounts import hash_key
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.models import AgentContext, UserContext
+from mnemos.domain.retention import RetentionService
 from mnemos.domain.rights import RightsService
 from mnemos.domain.rooms import RoomService
 from mnemos.domain.sessions import SessionSigner
@@ -37,6 +38,7 @@ class Services:
     tuya: TuyaMemories
     superagent: SuperagentMemories
     sessions: SessionSigner
+    retention: RetentionService
 
 
 async def services(request: Request) -> Services:

@@ -7,11 +7,13 @@ taken for a memory id.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Depends
+from anyio import CapacityLimiter, to_thread
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, StrictBool
 from starlette.responses import StreamingResponse
 
@@ -115,6 +117,28 @@ def ndjson_lines(batches: Iterable[list[Exported]]) -> Iterator[bytes]:
         yield b"\n".join(lines)
 
 
+RIGHTS_THREADS = 2
+"""Exports and erasures at once per process, each in a thread of its own: a long export or a
+large erasure never holds one of the threads that answer everyone else's requests."""
+
+
+async def rights_threads(request: Request) -> CapacityLimiter:
+    state = request.app.state
+    if getattr(state, "rights_threads", None) is None:
+        state.rights_threads = CapacityLimiter(RIGHTS_THREADS)
+    limiter: CapacityLimiter = state.rights_threads
+    return limiter
+
+
+async def in_threads(chunks: Iterator[bytes], threads: CapacityLimiter) -> AsyncIterator[bytes]:
+    """Each chunk computed in one of `threads` (Starlette would use the request threads)."""
+    while True:
+        chunk = await to_thread.run_sync(next, chunks, None, limiter=threads)
+        if chunk is None:
+            return
+        yield chunk
+
+
 # --- people ------------------------------------------------------------------------------------
 
 
@@ -139,13 +163,15 @@ def count_about_me(
     responses={**errors(401), 200: {"content": {NDJSON: {}}}},
     summary="Export the memories about me (Mnemos extension)",
 )
-def export_about_me(
-    ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+async def export_about_me(
+    ctx: UserContext = Depends(user_caller),
+    svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(rights_threads),
 ) -> StreamingResponse:
     """Every memory about you, every status, with display names and its history: NDJSON, one
     memory per line, streamed (any number of memories in constant server memory)."""
     return StreamingResponse(
-        ndjson_lines(svc.rights.export(ctx)),
+        in_threads(ndjson_lines(svc.rights.export(ctx)), threads),
         media_type=NDJSON,
         headers={"Content-Disposition": 'attachment; filename="memories-about-me.ndjson"'},
     )
@@ -157,17 +183,19 @@ def export_about_me(
     responses=errors(401, 422),
     summary="Erase every memory about me (Mnemos extension)",
 )
-def erase_about_me(
+async def erase_about_me(
     body: EraseRequest,
     ctx: UserContext = Depends(user_caller),
     svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(rights_threads),
 ) -> JSONResponse:
     """Erases for good every memory about you, every status, with its history, from every
     search index, at once (all or nothing). Send `{"confirm": true}`. An erasure event without
     content remains. Memories your agents stored about others are not touched."""
     if body.confirm is not True:
         raise invalid_field("confirm", "must be true to erase every memory about you")
-    return data(erased_json(svc.rights.erase(ctx, by_user(ctx))))
+    erase = partial(svc.rights.erase, ctx, by_user(ctx))
+    return data(erased_json(await to_thread.run_sync(erase, limiter=threads)))
 
 
 @human_router.get(

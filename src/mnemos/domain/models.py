@@ -237,6 +237,15 @@ class Change:
 
 
 @dataclass(frozen=True)
+class RetentionPolicy:
+    """An organization keeps its memories of `system` (working or sensory) for `days`."""
+
+    organization_id: uuid.UUID
+    system: System
+    days: int
+
+
+@dataclass(frozen=True)
 class Erasure:
     """An erasure of what is about a person: who asked, when, how many (no content)."""
 

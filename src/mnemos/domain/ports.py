@@ -31,6 +31,7 @@ from mnemos.domain.models import (
     Organization,
     Participant,
     ParticipantType,
+    RetentionPolicy,
     Role,
     Status,
     User,
@@ -169,6 +170,23 @@ class RightsStore(Protocol):
     @abc.abstractmethod
     def history_of(self, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[Change]]:
         """The history of each memory, oldest first (a memory without history maps to [])."""
+
+    @abc.abstractmethod
+    def set_retention(self, policy: RetentionPolicy) -> bool:
+        """Keep (or replace) an organization's retention for a system; `days` 0 removes it.
+        False when no such organization exists."""
+
+    @abc.abstractmethod
+    def retention_policies(self) -> list[RetentionPolicy]: ...
+
+    @abc.abstractmethod
+    def expire_memories(
+        self, policy: RetentionPolicy, before: datetime, batch: int, by: ChangedBy
+    ) -> int:
+        """In one transaction, archive up to `batch` active or superseded memories of the
+        policy's system stored before `before` by the organization (its organization and subject
+        memories, and the agent-scoped ones of its people's agents), with their `expired`
+        history; how many."""
 
 
 class AccountStore(Protocol):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from mnemos.api.access import authenticate
 from mnemos.api.deps import Services, person_of, services, user_identity
+from mnemos.api.rights import in_threads, rights_threads
 from mnemos.api.ui import rights
 from mnemos.api.ui.web import (
     HOME,
@@ -205,11 +207,15 @@ def about_me(
 
 
 @router.get("/me/export")
-def download(who: SignedIn = Depends(signed_in), svc: Services = Depends(services)) -> Response:
-    """Every memory about the person, every status, as one JSON document (streamed)."""
-
+async def download(
+    who: SignedIn = Depends(signed_in),
+    svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(rights_threads),
+) -> Response:
+    """Every memory about the person, every status, as one JSON document (streamed, computed
+    in the threads exports use, as the export API's)."""
     return StreamingResponse(
-        rights.export_document(svc, who.ctx),
+        in_threads(rights.export_document(svc, who.ctx), threads),
         media_type="application/json",
         headers={"Content-Disposition": 'attachment; filename="mnemos-my-data.json"'},
     )
@@ -236,6 +242,10 @@ def confirm_erase(
 
 
 @router.post("/me/erase")
-def erase(form: Posted = Depends(posted), svc: Services = Depends(services)) -> Response:
-    erased = rights.erase_about(svc, form.who.ctx)
+async def erase(
+    form: Posted = Depends(posted),
+    svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(rights_threads),
+) -> Response:
+    erased = await to_thread.run_sync(rights.erase_about, svc, form.who.ctx, limiter=threads)
     return redirect(with_notice("/ui/me", "erased", n=erased))
