@@ -53,13 +53,15 @@ def chromium() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+# One browser for the whole run of this module (both backends). Module scope, not session: the
+# sync driver keeps an event loop of its own, closed before any other module runs.
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     with sync_playwright() as driver:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium refuses root without it
     launched = playwright.chromium.launch(executable_path=chromium(), args=args)
