@@ -313,3 +313,27 @@ def test_plan_off_is_a_clear_page(client: TestClient, world: World, store: Store
     answer = client.get("/ui/")
     assert answer.status_code == 403 and "plan_required" in answer.text
     assert client.get("/ui/me").status_code == 200  # rights do not need the plan
+
+
+def test_filters_are_the_api_filters_and_stay_chosen(
+    client: TestClient,
+    cast: dict[str, Any],  # noqa: F811
+) -> None:
+    ann, bob_bot, shared = cast["ann"], cast["b1"], cast["room"]
+    signed_in(client, ann)
+    for params, api in (
+        ({"agent": bob_bot.id}, {"source_agent_id": bob_bot.id}),
+        ({"agent": str(uuid.uuid4())}, {"source_agent_id": None}),
+        ({"room": shared, "scope": "room"}, {"chat_room_id": shared, "scope": "room"}),
+        ({"segment": "tool", "status": "all"}, {"segment": "tool", "status": "all"}),
+    ):
+        html = client.get("/ui/", params=params).text
+        shown = re.findall(r'<li class="memory card" id="m-([0-9a-f-]+)"', html)
+        if api.get("source_agent_id") is None and "source_agent_id" in api:
+            expected: list[str] = []
+        else:
+            answer = client.get(ME, params=api, headers=ann.headers)
+            expected = [row["id"] for row in answer.json()["data"]]
+        assert shown == expected, params
+        for name, value in params.items():
+            assert re.search(rf'<option value="{value}"\s+selected>', html), (name, html)

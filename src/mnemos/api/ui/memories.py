@@ -107,19 +107,28 @@ def search_page(
     return Listed(items, shown, changeable, result.meta["next_cursor"])
 
 
-def _agent_choices(svc: Services, who: SignedIn, listed: Listed) -> dict[str, str]:
-    """The person's agents, then any other agent named on this page."""
+def _agent_choices(
+    svc: Services, who: SignedIn, listed: Listed, chosen: str | None
+) -> dict[str, str]:
+    """The person's agents, then any other agent named on this page (and the chosen one, so
+    the filter in force stays visible even when nothing matches it)."""
     choices = {str(agent.id): agent.name for agent in svc.store.agents_of(who.ctx.user.id)}
     for memory in listed.items:
         name = listed.shown[memory.id].get("source_agent_name")
         if memory.source_agent_id and name:
             choices.setdefault(str(memory.source_agent_id), name)
+    if chosen:
+        choices.setdefault(chosen, "the chosen agent")
     return choices
 
 
-def _room_choices(svc: Services, who: SignedIn) -> dict[str, str]:
+def _room_choices(svc: Services, who: SignedIn, chosen: str | None) -> dict[str, str]:
+    """The rooms the person takes part in (and the chosen one)."""
     rooms, _ = svc.rooms.page(actor_of(who.ctx), 1, 50)
-    return {str(room.id): room.title or "Untitled room" for room in rooms}
+    choices = {str(room.id): room.title or "Untitled room" for room in rooms}
+    if chosen:
+        choices.setdefault(chosen, "the chosen room")
+    return choices
 
 
 @router.get("/")
@@ -168,8 +177,8 @@ def memories(
         chosen=chosen,
         views=VIEWS,
         choices=CHOICES,
-        agents=_agent_choices(svc, who, listed),
-        rooms=_room_choices(svc, who),
+        agents=_agent_choices(svc, who, listed, chosen["agent"]),
+        rooms=_room_choices(svc, who, chosen["room"]),
         filtered=bool(kept),
         next_url=(
             "/ui/?" + urllib.parse.urlencode({**kept, "cursor": listed.next_cursor})
