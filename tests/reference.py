@@ -6,7 +6,8 @@ questions are the ones `mnemos.domain.visibility` answers, one method each, so a
 has an obvious place here: `agent_reads`/`agent_may_change`/`agent_list` (`agent_reads`,
 `agent_changes`, `agent_list`), `human_sees`/`human_may_change` (`human_audiences`,
 `human_changes`), `reaches`/`superagent_view` (`sees_agent`, `superagent_audiences`),
-`tuya_groups` (`device_audiences`).
+`tuya_groups` (`device_audiences`). A memory's history is visible exactly when the memory is
+(`history_status`), and lists its changes with their actors (`M.history`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class M:
     status: str = "active"
     content: str = ""
     tuya: tuple[str, str, int] | None = None  # (device, key, effective scope) for Tuya memories
+    # Its changes, oldest first: (event, actor type, actor id).
+    history: list[tuple[str, str, str | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -99,6 +102,14 @@ class Model:
 
     def human_may_change(self, person: str, m: M) -> bool:
         return (m.scope == "subject" and m.subject == person) or self.owns(person, m)
+
+    # --- history ------------------------------------------------------------------------
+
+    def history_status(self, caller: str, m: M) -> int:
+        """What `GET .../memories/{id}/history` answers a caller: exactly what a get answers."""
+        if caller in self.owner:  # an agent
+            return 200 if self.agent_reads(caller, m) else 404
+        return 200 if self.human_sees(caller, m) else 403
 
     # --- Superagent ----------------------------------------------------------------------
 
@@ -177,6 +188,7 @@ class Model:
         for m in self.memories:
             if m.source == agent:
                 m.source = None
+                m.history.append(("source_removed", "user", self.owner[agent]))
         for rooms in (self.rooms_of.pop(agent, set()),):
             del rooms
         self.owner.pop(agent)

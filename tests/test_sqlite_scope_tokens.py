@@ -14,6 +14,8 @@ from mnemos.domain.ids import utcnow, uuid7
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
 from mnemos.domain.queries import Audience
 from mnemos.storage import migrate
+from mnemos.storage.rows import memory_values
+from mnemos.storage.schema import memories
 from mnemos.storage.sqlite import SCOPE_TOKENS, SqliteStore, scope_token, scope_tokens_sql
 
 
@@ -40,9 +42,12 @@ def owned_memory() -> Memory:
 
 
 def insert(url: str, memory: Memory) -> None:
+    """The row alone, as any version of the store wrote it (the triggers index it); the store's
+    own insert also writes history, a table the older schema does not have."""
     store = SqliteStore(url)
     try:
-        store.insert_memory(memory)
+        with store._write() as conn:
+            conn.execute(memories.insert().values(**memory_values(memory)))
     finally:
         store.close()
 

@@ -210,6 +210,7 @@ class Worlds(RuleBasedStateMachine):
                 fields.get("subject_id"),
                 room,
                 content=content,
+                history=[("created", "agent", agent)],
             )
         )
 
@@ -235,6 +236,7 @@ class Worlds(RuleBasedStateMachine):
         assert response.status_code == want, (response.text, m)
         if want == 200:
             m.status = "superseded" if action == "supersede" else "archived"
+            m.history.append((m.status, "agent", agent))
 
     @rule(
         person=people,
@@ -263,6 +265,8 @@ class Worlds(RuleBasedStateMachine):
             m.status = {"supersede": "superseded", "archive": "archived", "restore": "active"}[
                 action
             ]
+            event = {"supersede": "superseded", "archive": "archived", "restore": "restored"}
+            m.history.append((event[action], "user", person))
 
     @rule(person=people, agent=agents)
     def delete_agent(self, person: str, agent: str) -> None:
@@ -429,6 +433,24 @@ class Worlds(RuleBasedStateMachine):
         for person in self.people_list:
             want = {m.content for m in self.model.memories if self.model.human_sees(person, m)}
             assert self._walk(HUMAN, person) == want
+
+    @invariant()
+    def history_matches(self) -> None:
+        """Each memory's history through one caller (a different one at each step): visible
+        exactly when the memory is, and the changes the model made, with their actors."""
+        callers = self.people_list + self.agent_list
+        for index, m in enumerate(m for m in self.model.memories if m.tuya is None):
+            caller = callers[(index + self.n) % len(callers)]
+            url = (AGENT if caller in self.model.owner else HUMAN) + f"/{m.id}/history"
+            response = self.client.get(url, headers=self._headers(caller))
+            assert response.status_code == self.model.history_status(caller, m), response.text
+            if response.status_code == 200:
+                got = [
+                    (c["event"], c["actor"]["type"], c["actor"]["id"])
+                    for c in response.json()["data"]
+                ]
+                assert got == m.history
+                assert all(c["request_id"] for c in response.json()["data"])
 
     @invariant()
     def superagent_views_match(self) -> None:

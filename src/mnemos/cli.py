@@ -8,8 +8,9 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, Literal
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -21,6 +22,9 @@ from mnemos.errors import MnemosError, NotFound
 from mnemos.storage import migrate as run_migrations
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
+
+if TYPE_CHECKING:
+    from mnemos.api.deps import Services
 
 database_option = click.option(
     "--database-url",
@@ -253,3 +257,84 @@ def bind_tuya_role(
             raise NotFound("No such agent in this organization", {"agent": str(agent_id)})
         store.bind_tuya_role(org_id, check_text(role_id, "role-id"), agent_id)
         _emit({"ok": True})
+
+
+# --- people's rights (docs/privacy.md) ----------------------------------------------------------
+
+
+def _services(store: Store, database_url: str | None) -> Services:
+    from mnemos.api.app import build_services
+
+    return build_services(load_settings(database_url=database_url), store)
+
+
+@_admin_command
+@click.option("--user", "user_id", callback=_uuid, required=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
+def export_subject(user_id: uuid.UUID, out: Path, database_url: str | None) -> None:
+    """Write every memory about a person (every status, with history) to FILE as NDJSON, the
+    same lines as their own export; a progress bar on a terminal. The file appears whole or not
+    at all."""
+    from mnemos.api.rights import ndjson_lines
+
+    with _admin_store(database_url) as store:
+        rights = _services(store, database_url).rights
+        ctx = rights.person(user_id)
+        total = rights.count(ctx)
+        partial = out.with_name(out.name + ".partial")
+        exported = 0
+        bar = click.progressbar(length=total, label="exporting", file=sys.stderr)
+        shown = bar if sys.stderr.isatty() else nullcontext(bar)
+        with shown, partial.open("wb") as file:
+            for batch in rights.export(ctx):
+                file.writelines(ndjson_lines([batch]))
+                exported += len(batch)
+                if shown is bar:
+                    bar.update(len(batch))
+            file.flush()
+            os.fsync(file.fileno())
+        partial.replace(out)
+        _emit(
+            {
+                "user": str(user_id),
+                "exported": exported,
+                "out": str(out),
+                "bytes": out.stat().st_size,
+            }
+        )
+
+
+@_admin_command
+@click.option("--user", "user_id", callback=_uuid, required=True)
+@click.option("--yes", is_flag=True, help="Do not ask on a terminal")
+def erase_subject(user_id: uuid.UUID, yes: bool, database_url: str | None) -> None:
+    """Erase every memory about a person (every status, with history) at once; an erasure
+    event without content remains. Running it again erases 0."""
+    from mnemos.domain.history import by_operator
+
+    with _admin_store(database_url) as store:
+        rights = _services(store, database_url).rights
+        ctx = rights.person(user_id)
+        if sys.stdin.isatty() and not yes:
+            click.confirm(f"Erase {rights.count(ctx)} memories about {user_id}?", abort=True)
+        erasure = rights.erase(ctx, by_operator())
+        _emit(
+            {
+                "user": str(user_id),
+                "erased": erasure.erased,
+                "erasure_id": str(erasure.id),
+                "at": erasure.at.isoformat(),
+            }
+        )
+
+
+@_admin_command
+@click.option("--org", "org_id", callback=_uuid, required=True)
+@click.option("--system", type=click.Choice(["working", "sensory"]), required=True)
+@click.option("--days", type=click.IntRange(0), required=True, help="0 keeps them for good")
+def set_retention(org_id: uuid.UUID, system: str, days: int, database_url: str | None) -> None:
+    """Keep an organization's working or sensory memories N days: the server then archives the
+    expired ones (MNEMOS_RETENTION_INTERVAL_SECONDS)."""
+    with _admin_store(database_url) as store:
+        policy = _services(store, database_url).retention.set(org_id, system, days)
+        _emit({"org": str(org_id), "system": policy.system.value, "days": policy.days})

@@ -81,6 +81,16 @@ class Settings(BaseSettings):
     embedder_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
     # CPU threads the local embedder uses per process (shared by all requests of the process).
     embedder_threads: int = Field(default=2, ge=1, le=64)
+    # The people's web page (`/ui/`): how long a signed-in browser session lasts, and whether
+    # its cookie is always marked Secure (it is whenever the request came over HTTPS; set this
+    # behind a TLS-terminating proxy that forwards plain HTTP without proxy headers).
+    ui_session_seconds: int = Field(default=1800, ge=60, le=24 * 3600)
+    ui_secure_cookie: bool = False
+    # Retention (`mnemos admin set-retention`): seconds between the server's passes that archive
+    # expired `working`/`sensory` memories (0 = the server never expires them), and memories
+    # archived per transaction (each batch is short, so requests never wait on a long one).
+    retention_interval_seconds: float = Field(default=300.0, ge=0)
+    retention_batch: int = Field(default=500, ge=1, le=10_000)
 
     @field_validator("jwt_secret")
     @classmethod

@@ -31,6 +31,19 @@ class Forbidden(MnemosError):
     status, code, default_message = 403, "forbidden", "You may not do this"
 
 
+class SessionExpired(Unauthorized):
+    """A web page session (`/ui/`) past its lifetime, or ended by a token revocation."""
+
+    code, default_message = "session_expired", "Your session has expired; sign in again"
+
+
+class CsrfRefused(Forbidden):
+    """A state-changing web page request without its session's CSRF token."""
+
+    code = "csrf_refused"
+    default_message = "This form is not from your session (missing or wrong CSRF token)"
+
+
 class PlanRequired(MnemosError):
     status, code = 403, "plan_required"
     default_message = (

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 
-from anyio import to_thread
+import anyio
+from anyio import CapacityLimiter, to_thread
 from fastapi import Depends, FastAPI
 
 from mnemos import __version__
-from mnemos.api import band_agent, band_human, chats, superagent, tuya
+from mnemos.api import band_agent, band_human, chats, rights, superagent, tuya
 from mnemos.api.deps import Services, services
 from mnemos.api.error_handlers import install_error_handlers
 from mnemos.api.middleware import (
@@ -21,13 +25,17 @@ from mnemos.api.middleware import (
     RequestContextMiddleware,
 )
 from mnemos.api.responses import JSONResponse, errors
+from mnemos.api.ui import install_ui
 from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.pagination import CursorCodec
 from mnemos.domain.ports import Embedder
 from mnemos.domain.recall import Recall
+from mnemos.domain.retention import RetentionService
+from mnemos.domain.rights import RightsService
 from mnemos.domain.rooms import RoomService
+from mnemos.domain.sessions import SessionSigner
 from mnemos.domain.superagent import SuperagentMemories
 from mnemos.domain.tokens import TokenVerifier
 from mnemos.domain.tuya import TuyaMemories
@@ -40,6 +48,7 @@ from mnemos.storage import open_store
 from mnemos.storage.base import Store
 
 CURSOR_SECRET = "cursor-hmac"
+log = logging.getLogger("mnemos")
 
 
 def build_services(
@@ -54,17 +63,36 @@ def build_services(
         recall=Recall(store, embedder, settings.max_query_chars),
         rank_content_query=settings.content_query_mode == "hybrid",
     )
+    human = HumanMemoryService(memories, store)
     return Services(
         settings=settings,
         store=store,
         memories=memories,
-        human=HumanMemoryService(memories, store),
+        human=human,
+        rights=RightsService(store, human),
         rooms=RoomService(store),
         tokens=TokenVerifier(settings, store),
         tuya_auth=TuyaAuth(store),
         tuya=TuyaMemories(store),
         superagent=SuperagentMemories(store),
+        sessions=SessionSigner(store, settings.ui_session_seconds),
+        retention=RetentionService(store, batch=settings.retention_batch),
     )
+
+
+async def expire_forever(service: RetentionService, interval: float) -> None:
+    """Every `interval` seconds, a retention pass in a thread of its own (never one of the
+    request threads), in short batches; a failed pass is logged and the next one runs."""
+    limiter = CapacityLimiter(1)
+    while True:
+        await anyio.sleep(interval)
+        try:
+            expired = await to_thread.run_sync(service.expire, limiter=limiter)
+        except Exception:
+            log.exception("retention pass failed")
+        else:
+            if expired:
+                log.info("retention: archived %d expired memories", expired)
 
 
 class _FromSettings:
@@ -103,7 +131,17 @@ def create_app(
         indexer = Indexer(app.state.services.store, background) if background else None
         if indexer is not None:
             indexer.start()
+        interval = settings.retention_interval_seconds
+        expiry = (
+            asyncio.create_task(expire_forever(app.state.services.retention, interval))
+            if interval > 0
+            else None
+        )
         yield
+        if expiry is not None:
+            expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await expiry
         if indexer is not None:
             indexer.stop()
         if owns_store:
@@ -130,12 +168,15 @@ def create_app(
     app.add_middleware(InFlightLimitMiddleware, max_in_flight=settings.max_in_flight)
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
+    app.include_router(rights.human_router)  # before the Band routers: /memories/export
+    app.include_router(rights.agent_router)
     app.include_router(band_agent.router)
     app.include_router(band_human.router)
     app.include_router(chats.agent_router)
     app.include_router(chats.human_router)
     app.include_router(tuya.router)
     app.include_router(superagent.router)
+    install_ui(app)
 
     @app.get("/healthz", tags=["Operations"], summary="Health check")
     def healthz(svc: Services = Depends(services)) -> JSONResponse:

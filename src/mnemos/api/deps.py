@@ -13,7 +13,10 @@ from mnemos.domain.accounts import hash_key
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
 from mnemos.domain.models import AgentContext, UserContext
+from mnemos.domain.retention import RetentionService
+from mnemos.domain.rights import RightsService
 from mnemos.domain.rooms import RoomService
+from mnemos.domain.sessions import SessionSigner
 from mnemos.domain.superagent import SuperagentMemories
 from mnemos.domain.tokens import TokenVerifier
 from mnemos.domain.tuya import TuyaMemories
@@ -28,11 +31,14 @@ class Services:
     store: Store
     memories: MemoryService
     human: HumanMemoryService
+    rights: RightsService
     rooms: RoomService
     tokens: TokenVerifier
     tuya_auth: TuyaAuth
     tuya: TuyaMemories
     superagent: SuperagentMemories
+    sessions: SessionSigner
+    retention: RetentionService
 
 
 async def services(request: Request) -> Services:
@@ -53,7 +59,8 @@ def _agent(svc: Services, key: str | None) -> AgentContext:
     return ctx
 
 
-def _person(svc: Services, key: str | None, token: str | None) -> UserContext:
+def person_of(svc: Services, key: str | None, token: str | None) -> UserContext:
+    """The person a personal API key or a bearer token names; `unauthorized` otherwise."""
     ctx: UserContext | None
     if key:
         ctx = svc.store.user_by_key(hash_key(key))
@@ -91,4 +98,4 @@ async def user_caller(
 ) -> UserContext:
     """The person behind `X-API-Key` or `Authorization: Bearer <JWT>`; agent keys are refused."""
     credentials = token.credentials if token is not None else None
-    return await authenticate(request, lambda: _person(svc, key, credentials), user_identity)
+    return await authenticate(request, lambda: person_of(svc, key, credentials), user_identity)

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemos.api.access import RATE_LIMIT_STATE, client_address
 from mnemos.api.tuya import envelope
+from mnemos.domain.history import REQUEST_ID
 from mnemos.errors import PayloadTooLarge
 from mnemos.ratelimit import RateLimiter, Verdict
 
@@ -62,6 +63,7 @@ class RequestContextMiddleware:
             return
         request_id = uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        token = REQUEST_ID.set(request_id)  # for the history of the changes this request makes
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -72,7 +74,10 @@ class RequestContextMiddleware:
                 message["headers"] = headers
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            REQUEST_ID.reset(token)
 
 
 class InFlightLimitMiddleware:

@@ -17,6 +17,7 @@ from typing import Protocol
 import jwt
 
 from mnemos.config import DEFAULT_MAX_AGENTS_PER_USER
+from mnemos.domain.history import by_person
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Agent, Organization, User
 from mnemos.domain.ports import AccountStore, KeyKind, Secrets
@@ -236,12 +237,18 @@ def _replace_key(store: AccountStore, kind: KeyKind, principal_id: uuid.UUID) ->
     return key
 
 
+def owned_agent(store: AccountStore, owner_id: uuid.UUID, agent_id: uuid.UUID | None) -> Agent:
+    """One of a person's agents (404 for anyone else's: existence is not leaked)."""
+    agent = store.get_agent(agent_id) if agent_id else None
+    if agent is None or agent.owner_id != owner_id:
+        raise NotFound("Agent not found")
+    return agent
+
+
 def delete_owned_agent(
     store: AccountStore, owner_id: uuid.UUID, agent_id: uuid.UUID | None
 ) -> Agent:
     """Delete one of a person's agents (404 for anyone else's: existence is not leaked)."""
-    agent = store.get_agent(agent_id) if agent_id else None
-    if agent is None or agent.owner_id != owner_id:
-        raise NotFound("Agent not found")
-    store.delete_agent(agent.id)
+    agent = owned_agent(store, owner_id, agent_id)
+    store.delete_agent(agent.id, by=by_person(owner_id))
     return agent

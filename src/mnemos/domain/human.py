@@ -8,23 +8,25 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from mnemos.domain.history import by_user
 from mnemos.domain.ids import try_uuid, utcnow
-from mnemos.domain.memories import MemoryPage, MemoryService
+from mnemos.domain.memories import MemoryPage, MemoryService, RankedPage
 from mnemos.domain.models import Memory, Status, UserContext
 from mnemos.domain.pagination import PageRequest
 from mnemos.domain.people import actor_of, sees_agent, sees_user
 from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
-from mnemos.domain.queries import Filters
+from mnemos.domain.queries import Filters, MemoryQuery, Order
 from mnemos.domain.recall import Recalled, SearchMode
 from mnemos.domain.visibility import (
     MAX_BRANCHES,
     Reach,
+    admitted,
     human_audiences,
     human_changes,
     require_memory_plan,
     shows,
 )
-from mnemos.errors import Forbidden, MemoryNotArchived, NotFound
+from mnemos.errors import Forbidden, MemoryNotArchived, NotFound, invalid_field
 
 HumanView = Literal["about_me", "organization", "room", "all"]
 """Which of (a)-(d) a person's list shows (wire: the human API's `scope`); not a memory `Scope`."""
@@ -48,16 +50,47 @@ class HumanMemoryService:
         self.memories = memories
         self.store = store
 
-    def list_page(
-        self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
-    ) -> MemoryPage:
+    def query(
+        self,
+        ctx: UserContext,
+        params: HumanListParams,
+        filters: Filters,
+        order: Order = Order.NEWEST,
+    ) -> MemoryQuery:
+        """What the person's list of `params` and `filters` runs (after the plan check)."""
         require_memory_plan(ctx.user, ctx.organization)
-        query = filters.within(
+        return filters.within(
             human_audiences(ctx, params.scope, self.reach(ctx)),
+            order,
             chat_room_id=params.chat_room_id,
             source_agent_id=params.source_agent_id,
         )
-        return self.memories.page(query, request)
+
+    def list_page(
+        self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
+    ) -> MemoryPage:
+        return self.memories.page(self.query(ctx, params, filters), request)
+
+    def search_page(
+        self,
+        ctx: UserContext,
+        params: HumanListParams,
+        filters: Filters,
+        limit: int,
+        cursor: str | None = None,
+    ) -> RankedPage:
+        """The same list, best match for `filters.search` first (full-text relevance)."""
+        if filters.search is None:
+            raise invalid_field("content_query", "is required to rank by relevance")
+        query = self.query(ctx, params, filters, Order.RELEVANCE)
+        return self.memories.ranked_page(query, limit, cursor)
+
+    def may_change(self, ctx: UserContext, items: list[Memory]) -> set[uuid.UUID]:
+        """Which of `items` the person may delete, supersede, archive or restore (the rule of
+        `changeable`, decided for a whole page with one query)."""
+        agents = tuple(agent.id for agent in self.store.agents_of(ctx.user.id))
+        changes = human_changes(ctx, agents)
+        return {memory.id for memory in items if admitted(changes, memory)}
 
     def recall(
         self,
@@ -70,12 +103,7 @@ class HumanMemoryService:
     ) -> tuple[Recalled, dict[uuid.UUID, dict[str, Any]]]:
         """`GET /api/v1/me/memories/search`: the list of `params` and `filters`, the best `limit`
         for `text` by `mode`, with display fields read from the same state of the data."""
-        require_memory_plan(ctx.user, ctx.organization)
-        query = filters.within(
-            human_audiences(ctx, params.scope, self.reach(ctx)),
-            chat_room_id=params.chat_room_id,
-            source_agent_id=params.source_agent_id,
-        )
+        query = self.query(ctx, params, filters)
         with self.store.snapshot():
             found = self.memories.recall.search(query, text, mode, limit)
             return found, self.display_fields(ctx, [r.memory for r in found.items])
@@ -108,7 +136,7 @@ class HumanMemoryService:
             raise Forbidden("This memory is not visible to you")
         return memory
 
-    def _changeable(self, ctx: UserContext, memory_id: str) -> Memory:
+    def changeable(self, ctx: UserContext, memory_id: str) -> Memory:
         """(a) a memory about the caller, or (d) an agent-scoped memory of one of their agents."""
         memory = self.get(ctx, memory_id)
         if shows(self.store, human_changes(ctx), memory.id):
@@ -116,14 +144,14 @@ class HumanMemoryService:
         raise Forbidden("Only memories about you or made privately by your agents can be changed")
 
     def delete(self, ctx: UserContext, memory_id: str) -> None:
-        memory = self._changeable(ctx, memory_id)
-        self.store.delete_memory(memory.id)
+        memory = self.changeable(ctx, memory_id)
+        self.store.delete_memory(memory.id, by=by_user(ctx))
 
     def set_status(self, ctx: UserContext, memory_id: str, status: Status) -> Memory:
-        memory = self._changeable(ctx, memory_id)
+        memory = self.changeable(ctx, memory_id)
         if status is Status.ACTIVE and memory.status is not Status.ARCHIVED:
             raise MemoryNotArchived(details={"status": memory.status.value})
-        updated = self.store.set_memory_status(memory.id, status, utcnow())
+        updated = self.store.set_memory_status(memory.id, status, utcnow(), by=by_user(ctx))
         if updated is None:
             raise NotFound("Memory not found")
         return updated

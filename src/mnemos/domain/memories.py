@@ -15,6 +15,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
+from mnemos.domain.history import by_agent
 from mnemos.domain.ids import try_uuid, utcnow, uuid7
 from mnemos.domain.models import (
     VALID_TYPES,
@@ -253,12 +254,12 @@ class MemoryService:
             source_agent_id=ctx.agent.id,
         )
         if idempotency_key is None:
-            self.store.insert_memory(memory)
+            self.store.insert_memory(memory, by=by_agent(ctx))
             return memory
         key = check_idempotency_key(idempotency_key)
         fingerprint = draft_fingerprint(draft)
         stored_id, stored_print = self.store.insert_memory_once(
-            memory, ctx.agent.id, key, fingerprint, IDEMPOTENCY_TTL
+            memory, ctx.agent.id, key, fingerprint, IDEMPOTENCY_TTL, by=by_agent(ctx)
         )
         if stored_print != fingerprint:
             raise Conflict(
@@ -331,7 +332,7 @@ class MemoryService:
         memory = self.get_as_agent(ctx, memory_id)
         if not admitted(agent_changes(ctx), memory):
             raise Forbidden("Only the agent that stored a memory can change its status")
-        updated = self.store.set_memory_status(memory.id, status, utcnow())
+        updated = self.store.set_memory_status(memory.id, status, utcnow(), by=by_agent(ctx))
         if updated is None:
             raise NotFound("Memory not found")
         return updated

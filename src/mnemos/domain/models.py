@@ -190,3 +190,67 @@ class Participant:
     name: str
     handle: str
     description: str | None = None
+
+
+# --- people's rights: who changed a memory, and what ------------------------------------------
+
+
+class ActorType(StrEnum):
+    """Who makes a change: an agent, a person, the operator (`mnemos admin`), a Tuya project,
+    or the server itself (retention)."""
+
+    AGENT = "agent"
+    USER = "user"
+    OPERATOR = "operator"
+    TUYA = "tuya"
+    SERVER = "server"
+
+
+@dataclass(frozen=True)
+class ChangedBy:
+    """The actor of a change and the request that made it (written into the history)."""
+
+    type: ActorType
+    id: str | None = None
+    request_id: str | None = None
+
+
+class HistoryEvent(StrEnum):
+    CREATED = "created"
+    SUPERSEDED = "superseded"
+    ARCHIVED = "archived"
+    RESTORED = "restored"
+    DELETED = "deleted"
+    EXPIRED = "expired"  # archived by the organization's retention
+    SOURCE_REMOVED = "source_removed"  # its agent was deleted: `source_agent_id` became null
+
+
+@dataclass(frozen=True)
+class Change:
+    """One history row of a memory: never its content."""
+
+    memory_id: uuid.UUID
+    event: HistoryEvent
+    by: ChangedBy
+    at: datetime
+    superseded_by: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """An organization keeps its memories of `system` (working or sensory) for `days`."""
+
+    organization_id: uuid.UUID
+    system: System
+    days: int
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """An erasure of what is about a person: who asked, when, how many (no content)."""
+
+    id: uuid.UUID
+    subject_id: uuid.UUID
+    by: ChangedBy
+    at: datetime
+    erased: int = 0

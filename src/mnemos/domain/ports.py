@@ -23,11 +23,15 @@ from numpy.typing import NDArray
 from mnemos.domain.models import (
     Agent,
     AgentContext,
+    Change,
+    ChangedBy,
     ChatRoom,
+    Erasure,
     Memory,
     Organization,
     Participant,
     ParticipantType,
+    RetentionPolicy,
     Role,
     Status,
     User,
@@ -54,7 +58,11 @@ class Secrets(Protocol):
 
 
 class MemoryStore(Protocol):
-    """Memories: insert, read, list, change and delete them."""
+    """Memories: insert, read, list, change and delete them.
+
+    Every method that changes memories appends their history rows (`domain/history.py`) in the
+    same transaction, with `by` as the actor (None: the server itself, e.g. a bulk loader).
+    """
 
     @abc.abstractmethod
     def snapshot(self) -> AbstractContextManager[None]:
@@ -62,11 +70,18 @@ class MemoryStore(Protocol):
         (writes go their own way). A page and its display fields read together this way."""
 
     @abc.abstractmethod
-    def insert_memory(self, memory: Memory) -> None: ...
+    def insert_memory(self, memory: Memory, *, by: ChangedBy | None = None) -> None: ...
 
     @abc.abstractmethod
     def insert_memory_once(
-        self, memory: Memory, principal_id: uuid.UUID, key: str, fingerprint: str, ttl: timedelta
+        self,
+        memory: Memory,
+        principal_id: uuid.UUID,
+        key: str,
+        fingerprint: str,
+        ttl: timedelta,
+        *,
+        by: ChangedBy | None = None,
     ) -> tuple[uuid.UUID, str]:
         """Insert `memory` unless `(principal_id, key)` was used within `ttl`.
 
@@ -79,7 +94,7 @@ class MemoryStore(Protocol):
 
     @abc.abstractmethod
     def set_memory_status(
-        self, memory_id: uuid.UUID, status: Status, now: datetime
+        self, memory_id: uuid.UUID, status: Status, now: datetime, *, by: ChangedBy | None = None
     ) -> Memory | None:
         """Change a memory's status and `updated_at`; the updated memory, or None if gone."""
 
@@ -112,18 +127,66 @@ class MemoryStore(Protocol):
     def count_memories(self, query: MemoryQuery) -> int: ...
 
     @abc.abstractmethod
-    def delete_memory(self, memory_id: uuid.UUID) -> bool:
+    def delete_memory(self, memory_id: uuid.UUID, *, by: ChangedBy | None = None) -> bool:
         """Delete a memory for good; False if it was not there."""
 
     @abc.abstractmethod
-    def delete_memories(self, memory_ids: list[uuid.UUID]) -> int:
+    def delete_memories(self, memory_ids: list[uuid.UUID], *, by: ChangedBy | None = None) -> int:
         """Delete memories for good; how many were there."""
 
     @abc.abstractmethod
     def replace_memories(
-        self, new: list[Memory], superseded: list[uuid.UUID], now: datetime
+        self,
+        new: list[Memory],
+        superseded: list[uuid.UUID],
+        now: datetime,
+        *,
+        by: ChangedBy | None = None,
     ) -> None:
         """In one transaction: mark `superseded` (if still active) superseded, insert `new`."""
+
+
+class RightsStore(Protocol):
+    """What people's rights need: everything about one person, their erasure, and history."""
+
+    @abc.abstractmethod
+    def memories_about(
+        self, subject_id: uuid.UUID, *, after: Memory | None, limit: int
+    ) -> Sequence[Memory]:
+        """Up to `limit` memories whose subject is `subject_id` (any scope and status) in a
+        stable order (the subject index's), continuing after `after`, a memory of the previous
+        batch: keyset pagination, so an export of any size reads one batch at a time."""
+
+    @abc.abstractmethod
+    def erase_subject(self, erasure: Erasure) -> int:
+        """In one transaction: delete every memory whose subject is `erasure.subject_id` (any
+        scope and status) through the store's delete path (so every search index forgets it),
+        delete their history, and record the erasure with the count; how many were erased."""
+
+    @abc.abstractmethod
+    def erasures_of(self, subject_id: uuid.UUID) -> list[Erasure]:
+        """The erasure events of a person, oldest first."""
+
+    @abc.abstractmethod
+    def history_of(self, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[Change]]:
+        """The history of each memory, oldest first (a memory without history maps to [])."""
+
+    @abc.abstractmethod
+    def set_retention(self, policy: RetentionPolicy) -> bool:
+        """Keep (or replace) an organization's retention for a system; `days` 0 removes it.
+        False when no such organization exists."""
+
+    @abc.abstractmethod
+    def retention_policies(self) -> list[RetentionPolicy]: ...
+
+    @abc.abstractmethod
+    def expire_memories(
+        self, policy: RetentionPolicy, before: datetime, batch: int, by: ChangedBy
+    ) -> int:
+        """In one transaction, archive up to `batch` active or superseded memories of the
+        policy's system stored before `before` by the organization (its organization and subject
+        memories, and the agent-scoped ones of its people's agents), with their `expired`
+        history; how many."""
 
 
 class AccountStore(Protocol):
@@ -186,9 +249,10 @@ class AccountStore(Protocol):
         """The agents a person owns, oldest first."""
 
     @abc.abstractmethod
-    def delete_agent(self, agent_id: uuid.UUID) -> None:
+    def delete_agent(self, agent_id: uuid.UUID, *, by: ChangedBy | None = None) -> None:
         """Revoke the agent's keys, delete its agent-scoped memories and its room seats, keep its
-        other memories with `source_agent_id` null, and delete the agent: one transaction."""
+        other memories with `source_agent_id` null, and delete the agent: one transaction (with
+        the history: `deleted`, `source_removed`)."""
 
     @abc.abstractmethod
     def users_by_ids(self, ids: Iterable[uuid.UUID]) -> list[User]: ...
@@ -281,15 +345,24 @@ class TuyaStore(Protocol):
     def tuya_role_agent(self, organization_id: uuid.UUID, role_id: str) -> uuid.UUID | None: ...
 
     @abc.abstractmethod
-    def put_tuya_memories(self, new: Sequence[tuple[Memory, str]], now: datetime) -> None:
+    def put_tuya_memories(
+        self, new: Sequence[tuple[Memory, str]], now: datetime, *, by: ChangedBy | None = None
+    ) -> None:
         """In one transaction, insert each `(memory, slot)` and supersede the active memory of the
-        same subject and slot. One memory per subject and slot is active, always (a unique
-        index); a concurrent writer of the same slot is superseded, never a second active value.
+        same subject and slot (its history names the new memory). One memory per subject and slot
+        is active, always (a unique index); a concurrent writer of the same slot is superseded,
+        never a second active value.
         Raises `Conflict` if writers of the same slots keep racing."""
 
     @abc.abstractmethod
     def delete_tuya_memories(
-        self, subject_id: uuid.UUID, slots: Sequence[str], prefixes: Sequence[str], batch: int
+        self,
+        subject_id: uuid.UUID,
+        slots: Sequence[str],
+        prefixes: Sequence[str],
+        batch: int,
+        *,
+        by: ChangedBy | None = None,
     ) -> int:
         """Delete every version (any status) of the subject's memories whose Tuya slot is in
         `slots` or starts with one of `prefixes`, `batch` rows per transaction, until none is

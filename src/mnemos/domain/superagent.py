@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from mnemos.domain.history import by_user
 from mnemos.domain.ids import try_uuid
 from mnemos.domain.models import Agent, Memory, Status, UserContext
 from mnemos.domain.people import actor_of, sees_agent
@@ -68,7 +69,7 @@ class SuperagentMemories:
             raise NotFound("Memory not found")
         if not is_user_memory(ctx, memory):
             raise Forbidden("Only your own user memories can be deleted")
-        self.store.delete_memory(memory.id)
+        self.store.delete_memory(memory.id, by=by_user(ctx))
 
 
 __all__ = ["SuperagentMemories", "is_user_memory"]

@@ -17,6 +17,7 @@ from datetime import datetime
 from enum import IntEnum
 from typing import Any, Protocol
 
+from mnemos.domain.history import by_tuya
 from mnemos.domain.ids import try_uuid, utcnow, uuid7
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
 from mnemos.domain.ports import AccountStore, MemoryStore, TuyaStore
@@ -208,7 +209,7 @@ class TuyaMemories:
             (_memory(caller, subject, device_id, binding, entry, now), _slot(binding, entry))
             for entry in entries
         ]
-        self.store.put_tuya_memories(new, now)
+        self.store.put_tuya_memories(new, now, by=by_tuya(caller.client_id))
 
     def delete(
         self,
@@ -225,11 +226,12 @@ class TuyaMemories:
         if subject is None:
             return
         owners = [_slot_owner(binding, scope) for scope in binding.scopes]
+        by = by_tuya(caller.client_id)
         if clear_all:
-            self.store.delete_tuya_memories(subject, [], owners, DELETE_BATCH)
+            self.store.delete_tuya_memories(subject, [], owners, DELETE_BATCH, by=by)
         else:
             slots = [owner + key for owner in owners for key in keys or []]
-            self.store.delete_tuya_memories(subject, slots, [], DELETE_BATCH)
+            self.store.delete_tuya_memories(subject, slots, [], DELETE_BATCH, by=by)
 
     @staticmethod
     def parse_keys(raw: str | None, clear_all: bool) -> list[str] | None:

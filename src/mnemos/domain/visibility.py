@@ -184,13 +184,26 @@ def human_audiences(ctx: UserContext, scope: str, reach: Reach = Reach()) -> tup
     return (about_me, *shared, *in_rooms, *mine)
 
 
-def human_changes(ctx: UserContext) -> tuple[Audience, ...]:
-    """(a) memories about the person and (d) the agent-scoped memories of their agents."""
+def human_changes(
+    ctx: UserContext, agents: tuple[uuid.UUID, ...] | None = None
+) -> tuple[Audience, ...]:
+    """(a) memories about the person and (d) the agent-scoped memories of their agents; with
+    `agents` (the ids of the agents they own) every branch pins a memory's own columns, so
+    `admitted` can decide without the store."""
     me = ctx.user.id
-    return (
-        Audience(subject_id=me, scopes=(Scope.SUBJECT,)),
-        Audience(source_agent_owner_id=me, scopes=(Scope.AGENT,)),
-    )
+    about_me = Audience(subject_id=me, scopes=(Scope.SUBJECT,))
+    if agents is None:
+        return (about_me, Audience(source_agent_owner_id=me, scopes=(Scope.AGENT,)))
+    return (about_me, *(Audience(source_agent_id=a, scopes=(Scope.AGENT,)) for a in agents))
+
+
+# --- people's rights -------------------------------------------------------------------------
+
+
+def about(person_id: uuid.UUID) -> Audience:
+    """What is about a person, for their rights (count, export, erase): every memory whose
+    subject they are, any scope and status. Memories their agents stored about others are not."""
+    return Audience(subject_id=person_id)
 
 
 # --- Superagent ------------------------------------------------------------------------------

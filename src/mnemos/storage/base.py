@@ -13,6 +13,7 @@ from mnemos.domain.ports import (
     AccountStore,
     KeyKind,
     MemoryStore,
+    RightsStore,
     RoomStore,
     Secrets,
     TuyaStore,
@@ -23,6 +24,7 @@ __all__ = [
     "AccountStore",
     "KeyKind",
     "MemoryStore",
+    "RightsStore",
     "RoomStore",
     "Secrets",
     "Store",
@@ -31,7 +33,7 @@ __all__ = [
 ]
 
 
-class Store(Secrets, MemoryStore, AccountStore, RoomStore, TuyaStore, VectorStore):
+class Store(Secrets, MemoryStore, AccountStore, RoomStore, TuyaStore, VectorStore, RightsStore):
     """Persistent state of one Mnemos deployment: every port, plus its lifecycle."""
 
     @abc.abstractmethod

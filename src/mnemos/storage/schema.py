@@ -300,3 +300,51 @@ vector_chunks = sa.Table(
     sa.Column("scales", sa.LargeBinary(), nullable=False),  # float32
     sa.Column("vectors", sa.LargeBinary(), nullable=False),  # int8, rows x dimensions
 )
+
+# --- people's rights (migration 0011): history of changes, erasures, retention ---------------
+
+# One row per change of a memory: what happened, who did it, when, in which request. Never the
+# content (an erasure must leave none behind). `subject_id` copies the memory's, so erasing a
+# person also finds the history of memories about them deleted earlier.
+memory_history = sa.Table(
+    "memory_history",
+    metadata,
+    sa.Column("pk", PK, primary_key=True, autoincrement=True),
+    sa.Column("memory_id", sa.Uuid(), nullable=False),
+    sa.Column("subject_id", sa.Uuid(), nullable=True, index=True),
+    sa.Column("event", sa.String(16), nullable=False),
+    sa.Column("actor_type", sa.String(16), nullable=False),
+    sa.Column("actor_id", sa.String(64), nullable=True),
+    sa.Column("request_id", sa.String(64), nullable=True),
+    sa.Column("superseded_by", sa.Uuid(), nullable=True),
+    sa.Column("at", UTCDateTime(), nullable=False),
+    sa.Index("ix_memory_history_memory", "memory_id", "pk"),
+)
+
+# One row per erasure of what is about a person: who asked, when, how many (no content).
+erasures = sa.Table(
+    "erasures",
+    metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("subject_id", sa.Uuid(), nullable=False, index=True),
+    sa.Column("actor_type", sa.String(16), nullable=False),
+    sa.Column("actor_id", sa.String(64), nullable=True),
+    sa.Column("request_id", sa.String(64), nullable=True),
+    sa.Column("erased", sa.Integer(), nullable=False),
+    sa.Column("at", UTCDateTime(), nullable=False),
+)
+
+# How long an organization keeps its `working` and `sensory` memories (`mnemos admin
+# set-retention`); expired ones are archived by the server (docs/privacy.md).
+retention_policies = sa.Table(
+    "retention_policies",
+    metadata,
+    sa.Column(
+        "organization_id",
+        sa.Uuid(),
+        sa.ForeignKey("organizations.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("system", sa.String(16), primary_key=True),
+    sa.Column("days", sa.Integer(), nullable=False),
+)

@@ -17,12 +17,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from mnemos.domain.models import Memory, Status
+from mnemos.domain.history import SERVER, STATUS_EVENTS
+from mnemos.domain.models import ChangedBy, HistoryEvent, Memory, Status
 from mnemos.domain.pagination import Position, RankPosition
 from mnemos.domain.queries import FILTER_NAMES, MemoryQuery, Order
 from mnemos.domain.search import Ranked
 from mnemos.errors import Conflict, SearchTooExpensive
 from mnemos.storage.base import Store
+from mnemos.storage.history_rows import history_row, record
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
 from mnemos.storage.schema import UTCDateTime, idempotency_keys, memories
 from mnemos.storage.search_plan import WALK_MAX_AUDIENCES, WALK_ROWS, SearchPlan, plan_search
@@ -34,6 +36,7 @@ from mnemos.storage.sql_conditions import (
     audience_values,
     filter_values,
 )
+from mnemos.storage.sql_rights import RightsSql
 from mnemos.storage.sql_rooms import RoomsSql
 from mnemos.storage.sql_tuya import TuyaSql
 from mnemos.storage.sql_vectors import VectorsSql
@@ -41,15 +44,23 @@ from mnemos.storage.sql_vectors import VectorsSql
 M = memories.c
 
 
-class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
+class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
     """A `Store` over SQLAlchemy Core; subclasses supply the dialect's differences."""
 
-    def insert_memory(self, memory: Memory) -> None:
+    def insert_memory(self, memory: Memory, *, by: ChangedBy | None = None) -> None:
         with self._write() as conn:
             conn.execute(memories.insert().values(**memory_values(memory)))
+            record(conn, [_created(memory, by)])
 
     def insert_memory_once(
-        self, memory: Memory, principal_id: uuid.UUID, key: str, fingerprint: str, ttl: timedelta
+        self,
+        memory: Memory,
+        principal_id: uuid.UUID,
+        key: str,
+        fingerprint: str,
+        ttl: timedelta,
+        *,
+        by: ChangedBy | None = None,
     ) -> tuple[uuid.UUID, str]:
         keys = idempotency_keys.c
         mine = sa.and_(keys.principal_id == principal_id, keys.key == key)
@@ -70,6 +81,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
             ).first()
             if claimed is not None:
                 conn.execute(memories.insert().values(**memory_values(memory)))
+                record(conn, [_created(memory, by)])
                 return memory.id, fingerprint
             row = conn.execute(sa.select(keys.memory_id, keys.fingerprint).where(mine)).one()
         return row[0], row[1]
@@ -80,41 +92,54 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, Store):
         return to_memory(row) if row else None
 
     def set_memory_status(
-        self, memory_id: uuid.UUID, status: Status, now: datetime
+        self, memory_id: uuid.UUID, status: Status, now: datetime, *, by: ChangedBy | None = None
     ) -> Memory | None:
         try:
             with self._write() as conn:
-                conn.execute(
+                changed = conn.execute(
                     memories.update()
                     .where(M.id == memory_id)
                     .values(status=status.value, updated_at=now)
-                )
+                    .returning(M.subject_id)
+                ).first()
+                if changed is not None:
+                    event = STATUS_EVENTS[status]
+                    record(conn, [history_row(memory_id, changed[0], event, by or SERVER, now)])
                 row = conn.execute(sa.select(*MEMORY_COLUMNS).where(M.id == memory_id)).first()
         except sa.exc.IntegrityError:  # restoring a Tuya value whose key has a newer active one
             raise Conflict("Another value of this memory's key is active") from None
         return to_memory(row) if row else None
 
-    def delete_memory(self, memory_id: uuid.UUID) -> bool:
-        return self.delete_memories([memory_id]) == 1
+    def delete_memory(self, memory_id: uuid.UUID, *, by: ChangedBy | None = None) -> bool:
+        return self.delete_memories([memory_id], by=by) == 1
 
-    def delete_memories(self, memory_ids: list[uuid.UUID]) -> int:
+    def delete_memories(self, memory_ids: list[uuid.UUID], *, by: ChangedBy | None = None) -> int:
         if not memory_ids:
             return 0
         with self._write() as conn:
-            return int(conn.execute(memories.delete().where(M.id.in_(memory_ids))).rowcount)
+            return self._delete_memories(conn, M.id.in_(memory_ids), by or SERVER)
 
     def replace_memories(
-        self, new: list[Memory], superseded: list[uuid.UUID], now: datetime
+        self,
+        new: list[Memory],
+        superseded: list[uuid.UUID],
+        now: datetime,
+        *,
+        by: ChangedBy | None = None,
     ) -> None:
         with self._write() as conn:
             if superseded:
-                conn.execute(
+                gone = conn.execute(
                     memories.update()
                     .where(M.id.in_(superseded), M.status == Status.ACTIVE.value)
                     .values(status=Status.SUPERSEDED.value, updated_at=now)
-                )
+                    .returning(M.id, M.subject_id)
+                ).all()
+                event, actor = HistoryEvent.SUPERSEDED, by or SERVER
+                record(conn, (history_row(i, s, event, actor, now) for i, s in gone))
             if new:
                 conn.execute(memories.insert(), [memory_values(m) for m in new])
+                record(conn, (_created(m, by) for m in new))
 
     # --- lists -----------------------------------------------------------------------------
     #
@@ -444,6 +469,12 @@ TOO_COMMON = (
 
 def _recheck_names(params: dict[str, Any]) -> tuple[str, ...]:
     return tuple(name for name in params if name.startswith(RECHECK_PREFIX))
+
+
+def _created(memory: Memory, by: ChangedBy | None) -> dict[str, Any]:
+    return history_row(
+        memory.id, memory.subject_id, HistoryEvent.CREATED, by or SERVER, memory.inserted_at
+    )
 
 
 def _condition(table: dict[str, FieldSql | None], name: str, key: str) -> sa.ColumnElement[bool]:

@@ -9,10 +9,20 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
+from mnemos.domain.history import SERVER
 from mnemos.domain.ids import utcnow
-from mnemos.domain.models import Agent, AgentContext, Organization, User, UserContext
+from mnemos.domain.models import (
+    Agent,
+    AgentContext,
+    ChangedBy,
+    HistoryEvent,
+    Organization,
+    User,
+    UserContext,
+)
 from mnemos.errors import Conflict
 from mnemos.storage.base import KeyKind
+from mnemos.storage.history_rows import history_row, record
 from mnemos.storage.rows import AGENT_COLS, ORG_COLS, USER_COLS, to_agent, to_org, to_user
 from mnemos.storage.schema import (
     agents,
@@ -194,24 +204,27 @@ class AccountsSql(SqlBase):
         with self._read() as conn:
             return [to_agent(row) for row in conn.execute(_AGENTS_OF, {"owner_id": owner_id})]
 
-    def delete_agent(self, agent_id: uuid.UUID) -> None:
-        now = utcnow()
+    def delete_agent(self, agent_id: uuid.UUID, *, by: ChangedBy | None = None) -> None:
+        now, actor = utcnow(), by or SERVER
         with self._write() as conn:
             conn.execute(
                 api_keys.update()
                 .where(api_keys.c.principal_id == agent_id, api_keys.c.revoked_at.is_(None))
                 .values(revoked_at=now)
             )
-            conn.execute(
-                memories.delete().where(
-                    memories.c.source_agent_id == agent_id, memories.c.scope == "agent"
-                )
+            self._delete_memories(
+                conn,
+                sa.and_(memories.c.source_agent_id == agent_id, memories.c.scope == "agent"),
+                actor,
             )
-            conn.execute(
+            kept = conn.execute(
                 memories.update()
                 .where(memories.c.source_agent_id == agent_id)
                 .values(source_agent_id=None)
-            )
+                .returning(memories.c.id, memories.c.subject_id)
+            ).all()
+            event = HistoryEvent.SOURCE_REMOVED
+            record(conn, (history_row(i, s, event, actor, now) for i, s in kept))
             conn.execute(
                 chat_participants.delete().where(chat_participants.c.participant_id == agent_id)
             )

@@ -13,10 +13,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert
 
+from mnemos.domain.ids import utcnow
+from mnemos.domain.models import ChangedBy, HistoryEvent
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.errors import InsufficientStorage, StorageUnavailable
-from mnemos.storage.schema import server_secrets
+from mnemos.storage.history_rows import history_row, record
+from mnemos.storage.schema import memories, server_secrets
 from mnemos.storage.search_plan import TermStats
 
 DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
@@ -138,6 +141,27 @@ class SqlBase(abc.ABC):
             ):
                 raise InsufficientStorage(details={"reason": reason}) from exc
             raise StorageUnavailable(details={"reason": reason}) from exc
+
+    # --- the one delete path of memories ----------------------------------------------------
+
+    def _delete_memories(
+        self, conn: Connection, where: sa.ColumnElement[bool], by: ChangedBy | None = None
+    ) -> int:
+        """Delete the memories matching `where` inside the caller's transaction; how many.
+        With `by`, each gets a `deleted` history row (an erasure passes none: it deletes their
+        history too).
+
+        Every deletion of memories (one, a batch, an agent's, a Tuya key's, an erasure) comes
+        here, so an index kept beside `memories` is cleaned up in one place: SQLite's FTS5 by
+        its trigger, PostgreSQL's tsvector with the row; a new index adds its cleanup here (or
+        a foreign key with ON DELETE CASCADE)."""
+        if by is None:  # an erasure: no history is kept
+            return int(conn.execute(memories.delete().where(where)).rowcount)
+        statement = memories.delete().where(where).returning(memories.c.id, memories.c.subject_id)
+        gone = conn.execute(statement).all()
+        now = utcnow()
+        record(conn, (history_row(i, s, HistoryEvent.DELETED, by, now) for i, s in gone))
+        return len(gone)
 
     # --- lifecycle -------------------------------------------------------------------------
 

@@ -9,9 +9,11 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from mnemos.domain.history import SERVER
 from mnemos.domain.ids import utcnow
-from mnemos.domain.models import Memory, Status
+from mnemos.domain.models import ChangedBy, HistoryEvent, Memory, Status
 from mnemos.errors import Conflict
+from mnemos.storage.history_rows import history_row, record
 from mnemos.storage.rows import memory_values
 from mnemos.storage.schema import (
     memories,
@@ -135,7 +137,9 @@ class TuyaSql(SqlBase):
 
     # --- Tuya memories ---------------------------------------------------------------------
 
-    def put_tuya_memories(self, new: Sequence[tuple[Memory, str]], now: datetime) -> None:
+    def put_tuya_memories(
+        self, new: Sequence[tuple[Memory, str]], now: datetime, *, by: ChangedBy | None = None
+    ) -> None:
         """Insert each memory under its slot, superseding the slot's active value, atomically.
 
         Writers of one device wait for each other (a lock on the device's row). Should another
@@ -145,15 +149,19 @@ class TuyaSql(SqlBase):
         for attempt in range(SLOT_ATTEMPTS):
             try:
                 with self._write() as conn:
-                    self._put_slots(conn, new, now)
+                    self._put_slots(conn, new, now, by or SERVER)
                 return
             except sa.exc.IntegrityError:
                 if attempt == SLOT_ATTEMPTS - 1:
                     raise Conflict("Other writers keep changing these memory keys") from None
 
     @staticmethod
-    def _put_slots(conn: Connection, new: Sequence[tuple[Memory, str]], now: datetime) -> None:
+    def _put_slots(
+        conn: Connection, new: Sequence[tuple[Memory, str]], now: datetime, by: ChangedBy
+    ) -> None:
         by_subject: dict[uuid.UUID | None, list[str]] = {}
+        successor = {(memory.subject_id, slot): memory.id for memory, slot in new}
+        history = []
         for memory, slot in new:
             by_subject.setdefault(memory.subject_id, []).append(slot)
         for subject, slots in by_subject.items():
@@ -161,17 +169,33 @@ class TuyaSql(SqlBase):
             # each supersedes what the previous one committed instead of racing it.
             lock = sa.select(tuya_devices.c.device_id).where(tuya_devices.c.subject_id == subject)
             conn.execute(lock.with_for_update())
-            conn.execute(
+            gone = conn.execute(
                 memories.update()
                 .where(M.subject_id == subject, M.tuya_slot.in_(slots))
                 .where(M.status == Status.ACTIVE.value)
                 .values(status=Status.SUPERSEDED.value, updated_at=now)
-            )
+                .returning(M.id, M.tuya_slot)
+            ).all()
+            history += [
+                history_row(
+                    old, subject, HistoryEvent.SUPERSEDED, by, now, successor[(subject, slot)]
+                )
+                for old, slot in gone
+            ]
         rows = [{**memory_values(memory), "tuya_slot": slot} for memory, slot in new]
         conn.execute(memories.insert(), rows)
+        created = HistoryEvent.CREATED
+        history += [history_row(m.id, m.subject_id, created, by, now) for m, _ in new]
+        record(conn, history)
 
     def delete_tuya_memories(
-        self, subject_id: uuid.UUID, slots: Sequence[str], prefixes: Sequence[str], batch: int
+        self,
+        subject_id: uuid.UUID,
+        slots: Sequence[str],
+        prefixes: Sequence[str],
+        batch: int,
+        *,
+        by: ChangedBy | None = None,
     ) -> int:
         """Delete every version of a subject's Tuya memories whose slot is one of `slots` or
         starts with one of `prefixes`, `batch` rows per transaction; how many were deleted."""
@@ -187,7 +211,7 @@ class TuyaSql(SqlBase):
         deleted = 0
         while True:
             with self._write() as conn:
-                count = int(conn.execute(memories.delete().where(M.pk.in_(chosen))).rowcount)
+                count = self._delete_memories(conn, M.pk.in_(chosen), by or SERVER)
             deleted += count
             if count < batch:
                 return deleted

@@ -1,0 +1,251 @@
+"""Signing in and out, My agents, and About me (count, download, erase)."""
+
+from __future__ import annotations
+
+from anyio import CapacityLimiter, to_thread
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from mnemos.api.access import authenticate
+from mnemos.api.deps import Services, person_of, services, user_identity
+from mnemos.api.rights import in_threads, rights_threads
+from mnemos.api.ui import rights
+from mnemos.api.ui.web import (
+    HOME,
+    SIGN_IN_REASONS,
+    Posted,
+    SignedIn,
+    UiRoute,
+    cookie_session,
+    end_session,
+    form_fields,
+    page,
+    posted,
+    redirect,
+    set_session,
+    signed_in,
+    with_notice,
+)
+from mnemos.domain import accounts
+from mnemos.domain.ids import try_uuid
+from mnemos.domain.models import UserContext
+from mnemos.domain.sessions import Session, check_csrf
+from mnemos.errors import CsrfRefused, MnemosError, Unauthorized
+
+router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
+
+AGENT_KEY_PREFIX = accounts.KEY_PREFIXES["agent"]
+NOTICES = {
+    "agent_deleted": "Agent deleted: its key no longer works and its private memories are gone.",
+}
+
+
+# --- signing in and out --------------------------------------------------------------------
+
+
+def _signed_out_session(request: Request, svc: Services) -> tuple[Session, str | None]:
+    """The browser's signed-out session, or a new one (with the token to set)."""
+    try:
+        session = cookie_session(request, svc)
+        if session.user_id is None:
+            return session, None
+    except Unauthorized:
+        pass
+    token, session = svc.sessions.issue(None)
+    return session, token
+
+
+def _sign_in_form(
+    request: Request, svc: Services, message: str | None, status: int = 200, error: bool = False
+) -> Response:
+    session, token = _signed_out_session(request, svc)
+    response = page(
+        "signin.html", status=status, who=None, csrf=session.csrf, message=message, error=error
+    )
+    if token is not None:
+        set_session(response, request, svc, token)
+    return response
+
+
+@router.get("/signin")
+def sign_in_page(
+    request: Request, reason: str | None = Query(None), svc: Services = Depends(services)
+) -> Response:
+    try:
+        if cookie_session(request, svc).user_id is not None:
+            return redirect(HOME)
+    except Unauthorized:
+        pass
+    return _sign_in_form(request, svc, SIGN_IN_REASONS.get(reason or ""))
+
+
+def _person(svc: Services, credential: str) -> UserContext:
+    """A person's API key or bearer token (Mnemos or the external provider); agent keys are
+    refused by name, so the page can say why."""
+    if credential.startswith(AGENT_KEY_PREFIX):
+        raise Unauthorized("This is an agent's key. Sign in with your own API key or token.")
+    if credential.count(".") == 2 and not credential.startswith("mn_"):
+        return person_of(svc, None, credential)
+    return person_of(svc, credential, None)
+
+
+@router.post("/signin")
+async def sign_in(request: Request, svc: Services = Depends(services)) -> Response:
+    fields = await form_fields(request)
+    try:
+        check_csrf(cookie_session(request, svc), fields.get("csrf_token"))
+    except (Unauthorized, CsrfRefused):
+        message = "The sign-in form had expired. Please try again."
+        return _sign_in_form(request, svc, message, status=403, error=True)
+    credential = fields.get("credential", "").strip()
+    if not credential:
+        return _sign_in_form(request, svc, "Enter your API key.", status=422, error=True)
+    try:
+        ctx = await authenticate(request, lambda: _person(svc, credential), user_identity)
+    except MnemosError as exc:
+        return _sign_in_form(request, svc, exc.message, status=exc.status, error=True)
+    token, _ = svc.sessions.issue(ctx.user.id)
+    response = redirect(HOME)
+    set_session(response, request, svc, token)
+    return response
+
+
+@router.post("/signout")
+def sign_out(
+    request: Request, _: Posted = Depends(posted), svc: Services = Depends(services)
+) -> Response:
+    response = redirect("/ui/signin?reason=signed_out")
+    end_session(response, request, svc)
+    return response
+
+
+# --- my agents -----------------------------------------------------------------------------
+
+
+def _agents_page(
+    svc: Services, who: SignedIn, notice: str | None = None, status: int = 200, **new: str
+) -> Response:
+    agents = svc.store.agents_of(who.ctx.user.id)
+    return page(
+        "agents.html", status=status, who=who, active="agents", agents=agents, notice=notice, **new
+    )
+
+
+@router.get("/agents")
+def agents(
+    done: str | None = Query(None),
+    who: SignedIn = Depends(signed_in),
+    svc: Services = Depends(services),
+) -> Response:
+    return _agents_page(svc, who, NOTICES.get(done or ""))
+
+
+@router.post("/agents")
+def register_agent(form: Posted = Depends(posted), svc: Services = Depends(services)) -> Response:
+    """The new key is shown on this answer only (no redirect: nothing keeps it to show again)."""
+    issued = accounts.create_agent(
+        svc.store,
+        form.who.ctx.user.id,
+        form.fields.get("name", ""),
+        form.fields.get("description") or None,
+        max_agents=svc.settings.max_agents_per_user,
+    )
+    return _agents_page(
+        svc, form.who, status=201, new_name=issued.agent.name, new_key=issued.api_key
+    )
+
+
+@router.get("/agents/{id}/delete")
+def confirm_agent_delete(
+    id: str, who: SignedIn = Depends(signed_in), svc: Services = Depends(services)
+) -> Response:
+    agent = accounts.owned_agent(svc.store, who.ctx.user.id, try_uuid(id))
+    return page(
+        "confirm.html",
+        who=who,
+        title="Delete this agent?",
+        question=(
+            "Delete this agent? Its key stops working at once and the memories it kept "
+            "privately are deleted; what it shared with your organization or about people stays."
+        ),
+        quoted=agent.name,
+        action=f"/ui/agents/{agent.id}/delete",
+        confirm="Delete agent",
+        back="/ui/agents",
+    )
+
+
+@router.post("/agents/{id}/delete")
+def delete_agent(
+    id: str, form: Posted = Depends(posted), svc: Services = Depends(services)
+) -> Response:
+    accounts.delete_owned_agent(svc.store, form.who.ctx.user.id, try_uuid(id))
+    return redirect(with_notice("/ui/agents", "agent_deleted"))
+
+
+# --- about me ------------------------------------------------------------------------------
+
+
+@router.get("/me")
+def about_me(
+    done: str | None = Query(None),
+    n: str | None = Query(None),
+    who: SignedIn = Depends(signed_in),
+    svc: Services = Depends(services),
+) -> Response:
+    notice = None
+    if done == "erased" and n is not None and n.isdigit():
+        notice = f"Erased {n} {'memory' if n == '1' else 'memories'} about you."
+    return page(
+        "about.html",
+        who=who,
+        active="me",
+        count=rights.count_about(svc, who.ctx),
+        organization=who.ctx.organization.name if who.ctx.organization else None,
+        notice=notice,
+    )
+
+
+@router.get("/me/export")
+async def download(
+    who: SignedIn = Depends(signed_in),
+    svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(rights_threads),
+) -> Response:
+    """Every memory about the person, every status, as one JSON document (streamed, computed
+    in the threads exports use, as the export API's)."""
+    return StreamingResponse(
+        in_threads(rights.export_document(svc, who.ctx), threads),
+        media_type="application/json",
+        headers={"Content-Disposition": 'attachment; filename="mnemos-my-data.json"'},
+    )
+
+
+@router.get("/me/erase")
+def confirm_erase(
+    who: SignedIn = Depends(signed_in), svc: Services = Depends(services)
+) -> Response:
+    count = rights.count_about(svc, who.ctx)
+    return page(
+        "confirm.html",
+        who=who,
+        title="Erase everything about you?",
+        question=(
+            f"Erase all {count} {'memory' if count == 1 else 'memories'} that agents hold "
+            "about you, in every status? They are gone for good, from every index."
+        ),
+        quoted=None,
+        action="/ui/me/erase",
+        confirm="Erase everything about me",
+        back="/ui/me",
+    )
+
+
+@router.post("/me/erase")
+async def erase(
+    form: Posted = Depends(posted),
+    svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(rights_threads),
+) -> Response:
+    erased = await to_thread.run_sync(rights.erase_about, svc, form.who.ctx, limiter=threads)
+    return redirect(with_notice("/ui/me", "erased", n=erased))

@@ -1,0 +1,231 @@
+"""What every page of the web page (`/ui/`) shares: templates, the session cookie, CSRF checks,
+and the route class that turns refusals into pages instead of JSON.
+
+The session cookie (`mnemos_session`, path `/ui`) holds a signed session (`domain/sessions.py`),
+never a key; it is HttpOnly and SameSite=Strict, and Secure when the request came over HTTPS
+(or `MNEMOS_UI_SECURE_COOKIE`). It has no Max-Age: the browser drops it when it closes, and the
+server refuses it once the session inside has expired, which is how the page can say so.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from fastapi import Depends, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.routing import APIRoute
+
+from mnemos.api.access import count_request
+from mnemos.api.deps import Services, services, user_identity
+from mnemos.domain.models import UserContext
+from mnemos.domain.sessions import Session, check_csrf
+from mnemos.errors import MnemosError, SessionExpired, Unauthorized, ValidationFailed
+
+HERE = Path(__file__).parent
+STATIC_DIR = HERE / "static"
+COOKIE = "mnemos_session"
+COOKIE_PATH = "/ui"
+HOME = "/ui/"
+MAX_FORM_FIELDS = 20
+
+# Every asset is Mnemos's own: nothing from another origin may load, frame or be posted to.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+templates = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """A rendered template (`who`: the person signed in, for the navigation; `active`: the
+    navigation entry of this page; `notice`: a message to show)."""
+    values = {"who": None, "active": None, "notice": None, **context}
+    return HTMLResponse(templates.get_template(name).render(**values), status_code=status)
+
+
+def redirect(url: str) -> RedirectResponse:
+    """See other (a POST answered by a page to GET)."""
+    return RedirectResponse(url, status_code=303)
+
+
+def safe_back(value: str | None) -> str:
+    """A path of this page to return to; anything else (another site, a scheme) is the home."""
+    if (
+        value
+        and value.startswith(HOME)
+        and "//" not in value
+        and "\\" not in value
+        and value.isprintable()
+    ):
+        return value
+    return HOME
+
+
+def with_notice(url: str, notice: str, **extra: str | int) -> str:
+    """`url` with a notice code (a fixed text on the page: nothing the client wrote is shown)."""
+    parts = urllib.parse.urlsplit(url)
+    query = [
+        (k, v)
+        for k, v in urllib.parse.parse_qsl(parts.query)
+        if k not in {"done", "n"} and k not in extra
+    ]
+    query += [("done", notice), *((k, str(v)) for k, v in extra.items())]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+# --- the session cookie --------------------------------------------------------------------
+
+
+def secure(request: Request, svc: Services) -> bool:
+    return svc.settings.ui_secure_cookie or request.url.scheme == "https"
+
+
+def set_session(response: Response, request: Request, svc: Services, token: str) -> None:
+    response.set_cookie(
+        COOKIE,
+        token,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=secure(request, svc),
+    )
+
+
+def end_session(response: Response, request: Request, svc: Services) -> None:
+    response.delete_cookie(
+        COOKIE,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=secure(request, svc),
+    )
+
+
+def cookie_session(request: Request, svc: Services) -> Session:
+    """The session the cookie holds (anyone's, or nobody's); `unauthorized` without one."""
+    token = request.cookies.get(COOKIE)
+    if not token:
+        raise Unauthorized("Not signed in")
+    return svc.sessions.read(token)
+
+
+@dataclass(frozen=True)
+class SignedIn:
+    ctx: UserContext
+    session: Session
+
+    @property
+    def csrf(self) -> str:
+        return self.session.csrf
+
+
+async def signed_in(request: Request, svc: Services = Depends(services)) -> SignedIn:
+    """The person this browser is signed in as; counted against their request limit."""
+
+    def resolve() -> SignedIn:
+        session = cookie_session(request, svc)
+        return SignedIn(svc.sessions.person(session), session)
+
+    who = await run_in_threadpool(resolve)
+    await count_request(request, user_identity(who.ctx))
+    return who
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    """An urlencoded form (the only kind these pages send), first value of each field."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = await request.body()
+    if kind != "application/x-www-form-urlencoded" and body:
+        raise ValidationFailed("Forms are sent as application/x-www-form-urlencoded")
+    try:
+        pairs = urllib.parse.parse_qsl(
+            body.decode(), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS
+        )
+    except (UnicodeDecodeError, ValueError):
+        raise ValidationFailed("This form could not be read") from None
+    fields: dict[str, str] = {}
+    for name, value in pairs:
+        fields.setdefault(name, value)
+    return fields
+
+
+@dataclass(frozen=True)
+class Posted:
+    """A state-changing request from a signed-in person, its CSRF token checked."""
+
+    who: SignedIn
+    fields: dict[str, str]
+
+    @property
+    def back(self) -> str:
+        return safe_back(self.fields.get("back"))
+
+
+async def posted(request: Request, who: SignedIn = Depends(signed_in)) -> Posted:
+    fields = await form_fields(request)
+    check_csrf(who.session, fields.get("csrf_token"))
+    return Posted(who, fields)
+
+
+# --- refusals as pages ---------------------------------------------------------------------
+
+SIGN_IN_REASONS = {
+    "expired": "Your session has expired. Sign in again.",
+    "signin": "Sign in to see what agents remember about you.",
+    "signed_out": "You have signed out.",
+}
+TITLES = {401: "Sign in", 403: "Refused", 404: "Not found", 409: "Not possible now"}
+
+
+def error_page(exc: MnemosError, who: SignedIn | None = None) -> HTMLResponse:
+    title = TITLES.get(exc.status, "Check your input" if exc.status == 422 else "Error")
+    return page(
+        "error.html",
+        status=exc.status,
+        title=title,
+        message=exc.message,
+        code=exc.code,
+        who=who,
+        details=exc.details or {},
+    )
+
+
+class UiRoute(APIRoute):
+    """Answers every page with the security headers; a missing or expired session goes to the
+    sign-in page (saying which), any other refusal is a page with its status and message."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        original = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            try:
+                response = await original(request)
+            except SessionExpired:
+                response = redirect("/ui/signin?reason=expired")
+            except Unauthorized:
+                response = redirect("/ui/signin?reason=signin")
+            except MnemosError as exc:
+                response = error_page(exc)
+            response.headers.update(SECURITY_HEADERS)
+            return response
+
+        return handler

@@ -1,0 +1,61 @@
+"""Retention: an organization may keep its `working` and `sensory` memories for a number of days
+(`mnemos admin set-retention`); the server archives the expired ones in small batches.
+
+Expired memories are archived, not deleted (docs/decisions.md, "Retention archives"): they leave
+every default list at once, `status=all` and the person's export still show them, the person can
+erase them, and the history records `expired` by the server.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from mnemos.domain.history import SERVER
+from mnemos.domain.ids import utcnow
+from mnemos.domain.models import RetentionPolicy, System, parse_enum
+from mnemos.domain.ports import RightsStore
+from mnemos.errors import NotFound, invalid_field
+
+RETAINED_SYSTEMS = (System.WORKING, System.SENSORY)
+MAX_DAYS = 36_500
+
+
+class RetentionStore(RightsStore, Protocol):
+    """Retention policies and the archiving of expired memories."""
+
+
+class RetentionService:
+    def __init__(self, store: RetentionStore, batch: int = 500, pause_seconds: float = 0.01):
+        self.store = store
+        self.batch = batch
+        self.pause_seconds = pause_seconds
+
+    def set(self, organization_id: uuid.UUID, system: str, days: int) -> RetentionPolicy:
+        """Keep the organization's `system` memories `days` days (0: keep them for good)."""
+        kind = parse_enum(System, system, "system")
+        if kind not in RETAINED_SYSTEMS:
+            raise invalid_field("system", "retention applies to working and sensory memories")
+        if not 0 <= days <= MAX_DAYS:
+            raise invalid_field("days", f"must be 0 (no retention) to {MAX_DAYS}")
+        policy = RetentionPolicy(organization_id, kind, days)
+        if not self.store.set_retention(policy):
+            raise NotFound("No such organization", {"org": str(organization_id)})
+        return policy
+
+    def expire(self, now: datetime | None = None) -> int:
+        """One pass: archive every expired memory of every policy, `batch` per transaction,
+        pausing between batches so other writers take their turn; how many."""
+        now = now or utcnow()
+        total = 0
+        for policy in self.store.retention_policies():
+            before = now - timedelta(days=policy.days)
+            while True:
+                count = self.store.expire_memories(policy, before, self.batch, SERVER)
+                total += count
+                if count < self.batch:
+                    break
+                time.sleep(self.pause_seconds)
+        return total

@@ -1,0 +1,41 @@
+"""History rows (`memory_history`), written inside the transaction of the change they record."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from mnemos.domain.models import ChangedBy, HistoryEvent
+from mnemos.storage.schema import memory_history
+
+
+def history_row(
+    memory_id: uuid.UUID,
+    subject_id: uuid.UUID | None,
+    event: HistoryEvent,
+    by: ChangedBy,
+    at: datetime,
+    superseded_by: uuid.UUID | None = None,
+) -> dict[str, Any]:
+    """One row: what happened to which memory (about whom), who did it, when; no content."""
+    return {
+        "memory_id": memory_id,
+        "subject_id": subject_id,
+        "event": event.value,
+        "actor_type": by.type.value,
+        "actor_id": by.id,
+        "request_id": by.request_id,
+        "superseded_by": superseded_by,
+        "at": at,
+    }
+
+
+def record(conn: Connection, rows: Iterable[dict[str, Any]]) -> None:
+    """Append history rows inside the caller's transaction."""
+    batch = list(rows)
+    if batch:
+        conn.execute(memory_history.insert(), batch)

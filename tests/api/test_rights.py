@@ -1,0 +1,137 @@
+"""People's rights over what is about them: count, export (NDJSON), erase; on both backends."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from mnemos.storage.base import Store
+from mnemos.storage.schema import erasures, memories
+from tests.world import Actor, World, memory_body
+
+
+def _store_about(client: TestClient, agent: Actor, subject: Actor, content: str) -> str:
+    body = memory_body(content, scope="subject", subject_id=subject.id)
+    answer = client.post("/api/v1/agent/memories", json=body, headers=agent.headers)
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["data"]["id"])
+
+
+def _people(world: World) -> tuple[Actor, Actor, Actor, Actor]:
+    ann, bob = world.user("Ann", "acme"), world.user("Bob", "acme")
+    return ann, bob, world.agent(ann, "Ann's bot"), world.agent(bob, "Bob's bot")
+
+
+def _export(client: TestClient, who: Actor) -> list[dict[str, Any]]:
+    answer = client.get("/api/v1/me/memories/export", headers=who.headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("application/x-ndjson")
+    return [json.loads(line) for line in answer.text.splitlines()]
+
+
+def _search(client: TestClient, agent: Actor, word: str, subject: Actor) -> list[Any]:
+    answer = client.get(
+        "/api/v1/agent/memories",
+        params={
+            "memory_scope": "org",
+            "scope": "subject",
+            "subject_id": subject.id,
+            "content_query": word,
+            "status": "all",
+        },
+        headers=agent.headers,
+    )
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["data"])
+
+
+def test_export_is_every_memory_about_me_every_status_and_only_mine(
+    client: TestClient, world: World
+) -> None:
+    ann, bob, ann_bot, bob_bot = _people(world)
+    about_ann = [_store_about(client, bob_bot, ann, f"ann fact {i}") for i in range(5)]
+    archived = about_ann[0]
+    client.post(f"/api/v1/me/memories/{archived}/archive", headers=ann.headers)
+    _store_about(client, ann_bot, bob, "about bob, stored by ann's agent")
+    client.post("/api/v1/agent/memories", json=memory_body("private"), headers=ann_bot.headers)
+
+    lines = _export(client, ann)
+    assert sorted(line["id"] for line in lines) == sorted(about_ann)
+    assert {line["subject_id"] for line in lines} == {ann.id}
+    assert {line["status"] for line in lines} == {"active", "archived"}
+    assert all(line["subject_name"] == "Ann" for line in lines)
+    assert all(line["source_agent_name"] == "Bob's bot" for line in lines)
+    assert all(isinstance(line["history"], list) for line in lines)
+    count = client.get("/api/v1/me/memories/count", headers=ann.headers).json()
+    assert count == {"data": {"count": 5}}
+
+
+def test_export_pages_through_batches(client: TestClient, world: World, store: Store) -> None:
+    from mnemos.api.app import build_services
+    from mnemos.config import Settings
+
+    ann, _bob, _ann_bot, bob_bot = _people(world)
+    stored = {_store_about(client, bob_bot, ann, f"fact {i}") for i in range(7)}
+    rights = build_services(Settings(), store).rights
+    ctx = rights.person(uuid.UUID(ann.id))
+    batches = list(rights.export(ctx, batch=3))
+    assert [len(b) for b in batches] == [3, 3, 1]
+    assert {item.memory.id.hex for b in batches for item in b} == {uuid.UUID(s).hex for s in stored}
+
+
+def test_erase_removes_rows_and_search_hits_and_keeps_the_rest(
+    client: TestClient, world: World, store: Store
+) -> None:
+    ann, bob, ann_bot, bob_bot = _people(world)
+    word = "zanzibarite"
+    first = _store_about(client, bob_bot, ann, f"ann collects {word} stones")
+    client.post(f"/api/v1/me/memories/{first}/supersede", headers=ann.headers)
+    _store_about(client, bob_bot, ann, f"ann polishes {word} weekly")
+    about_bob = _store_about(client, ann_bot, bob, f"bob also likes {word}")
+    assert len(_search(client, bob_bot, word, ann)) == 2
+
+    refused = client.post("/api/v1/me/memories/erase", json={}, headers=ann.headers)
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "validation_failed"
+    for unsure in ({"confirm": "yes"}, {"confirm": 1}, {"confirm": False}):
+        answer = client.post("/api/v1/me/memories/erase", json=unsure, headers=ann.headers)
+        assert answer.status_code == 422, unsure
+
+    answer = client.post("/api/v1/me/memories/erase", json={"confirm": True}, headers=ann.headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"]["erased"] == 2
+    assert _search(client, bob_bot, word, ann) == []
+    assert len(_search(client, ann_bot, word, bob)) == 1  # others' memories stay
+    assert client.get(f"/api/v1/me/memories/{about_bob}", headers=bob.headers).status_code == 200
+    assert _export(client, ann) == []
+    again = client.post("/api/v1/me/memories/erase", json={"confirm": True}, headers=ann.headers)
+    assert again.json()["data"]["erased"] == 0
+
+    with store._read() as conn:  # type: ignore[attr-defined]
+        left = conn.execute(
+            sa.select(sa.func.count()).where(memories.c.subject_id == uuid.UUID(ann.id))
+        ).scalar_one()
+        events = conn.execute(
+            sa.select(erasures.c.erased, erasures.c.actor_type, erasures.c.actor_id)
+            .where(erasures.c.subject_id == uuid.UUID(ann.id))
+            .order_by(erasures.c.at)
+        ).all()
+    assert left == 0
+    assert [tuple(e) for e in events] == [(2, "user", ann.id), (0, "user", ann.id)]
+
+
+def test_erase_and_export_need_a_person(client: TestClient, world: World) -> None:
+    ann = world.user("Ann", "acme")
+    bot = world.agent(ann)
+    for method, path in (
+        ("GET", "/api/v1/me/memories/export"),
+        ("GET", "/api/v1/me/memories/count"),
+        ("POST", "/api/v1/me/memories/erase"),
+    ):
+        answer = client.request(method, path, json={"confirm": True}, headers=bot.headers)
+        assert answer.status_code == 401, path
+        assert client.request(method, path, json={"confirm": True}).status_code == 401
