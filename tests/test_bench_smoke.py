@@ -49,3 +49,20 @@ def test_tiny_benchmark_run_with_wrk_and_two_workers(tmp_path: Path) -> None:
     assert run["load_generator"] == "wrk" and run["workers"] == 2
     assert run["server_peak_total_rss_mib"] > run["server_peak_rss_mib"]  # type: ignore[operator]
     check(run, stdout)
+
+
+def test_tiny_rights_benchmark_run(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "bench.rights", "--memories", "300", "--about", "200"]
+    done = subprocess.run(
+        [*command, "--backend", "sqlite", "--baseline-seconds", "1", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = json.loads((tmp_path / "sqlite-500.json").read_text())
+    assert run["export"]["memories"] == run["erase"]["erased"] == 200
+    assert run["erase"]["left_rows_and_search_hits"] == [0, 0]
+    assert run["list_normal"]["requests"] > 0
+    assert "| erase 200 memories (request time) |" in done.stdout

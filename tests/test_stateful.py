@@ -268,6 +268,16 @@ class Worlds(RuleBasedStateMachine):
             event = {"supersede": "superseded", "archive": "archived", "restore": "restored"}
             m.history.append((event[action], "user", person))
 
+    @rule(person=people)
+    def erase(self, person: str) -> None:
+        response = self.client.post(
+            f"{HUMAN}/erase", json={"confirm": True}, headers=self._headers(person)
+        )
+        assert response.status_code == 200, response.text
+        about = [m for m in self.model.memories if m.subject == person]
+        assert response.json()["data"]["erased"] == len(about)
+        self.model.memories = [m for m in self.model.memories if m.subject != person]
+
     @rule(person=people, agent=agents)
     def delete_agent(self, person: str, agent: str) -> None:
         response = self.client.delete(f"/api/v1/me/agents/{agent}", headers=self._headers(person))
@@ -451,6 +461,15 @@ class Worlds(RuleBasedStateMachine):
                 ]
                 assert got == m.history
                 assert all(c["request_id"] for c in response.json()["data"])
+
+    @invariant()
+    def exports_match(self) -> None:
+        """Each person's export: every memory about them (every status), nothing else."""
+        for person in self.people_list:
+            response = self.client.get(f"{HUMAN}/export", headers=self._headers(person))
+            assert response.status_code == 200
+            got = {json.loads(line)["id"] for line in response.text.splitlines()}
+            assert got == {m.id for m in self.model.memories if m.subject == person}
 
     @invariant()
     def superagent_views_match(self) -> None:

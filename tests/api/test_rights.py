@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from mnemos.storage.base import Store
-from mnemos.storage.schema import erasures, memories
+from mnemos.storage.schema import erasures, idempotency_keys, memories
 from tests.world import Actor, World, memory_body
 
 
@@ -92,6 +92,9 @@ def test_erase_removes_rows_and_search_hits_and_keeps_the_rest(
     client.post(f"/api/v1/me/memories/{first}/supersede", headers=ann.headers)
     _store_about(client, bob_bot, ann, f"ann polishes {word} weekly")
     about_bob = _store_about(client, ann_bot, bob, f"bob also likes {word}")
+    body = memory_body("retried", scope="subject", subject_id=ann.id)
+    keyed = {**bob_bot.headers, "Idempotency-Key": "k1"}
+    assert client.post("/api/v1/agent/memories", json=body, headers=keyed).status_code == 201
     assert len(_search(client, bob_bot, word, ann)) == 2
 
     refused = client.post("/api/v1/me/memories/erase", json={}, headers=ann.headers)
@@ -103,7 +106,7 @@ def test_erase_removes_rows_and_search_hits_and_keeps_the_rest(
 
     answer = client.post("/api/v1/me/memories/erase", json={"confirm": True}, headers=ann.headers)
     assert answer.status_code == 200, answer.text
-    assert answer.json()["data"]["erased"] == 2
+    assert answer.json()["data"]["erased"] == 3
     assert _search(client, bob_bot, word, ann) == []
     assert len(_search(client, ann_bot, word, bob)) == 1  # others' memories stay
     assert client.get(f"/api/v1/me/memories/{about_bob}", headers=bob.headers).status_code == 200
@@ -120,8 +123,10 @@ def test_erase_removes_rows_and_search_hits_and_keeps_the_rest(
             .where(erasures.c.subject_id == uuid.UUID(ann.id))
             .order_by(erasures.c.at)
         ).all()
+        keys = conn.execute(sa.select(sa.func.count()).select_from(idempotency_keys)).scalar_one()
     assert left == 0
-    assert [tuple(e) for e in events] == [(2, "user", ann.id), (0, "user", ann.id)]
+    assert keys == 0  # the key's fingerprint digests the request, content included
+    assert [tuple(e) for e in events] == [(3, "user", ann.id), (0, "user", ann.id)]
 
 
 def test_erase_and_export_need_a_person(client: TestClient, world: World) -> None:

@@ -161,7 +161,8 @@ class RightsStore(Protocol):
     def erase_subject(self, erasure: Erasure) -> int:
         """In one transaction: delete every memory whose subject is `erasure.subject_id` (any
         scope and status) through the store's delete path (so every search index forgets it),
-        delete their history, and record the erasure with the count; how many were erased."""
+        delete their history and idempotency keys, and record the erasure with the count; how
+        many were erased."""
 
     @abc.abstractmethod
     def erasures_of(self, subject_id: uuid.UUID) -> list[Erasure]:

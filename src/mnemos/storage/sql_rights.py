@@ -28,6 +28,7 @@ from mnemos.storage.schema import (
     UTCDateTime,
     agents,
     erasures,
+    idempotency_keys,
     memories,
     memory_history,
     organizations,
@@ -78,6 +79,9 @@ class RightsSql(SqlBase):
     def erase_subject(self, erasure: Erasure) -> int:
         subject = erasure.subject_id
         with self._write() as conn:
+            # An idempotency key's fingerprint is a digest of the request, content included.
+            about = sa.select(M.id).where(M.subject_id == subject)
+            conn.execute(idempotency_keys.delete().where(idempotency_keys.c.memory_id.in_(about)))
             erased = self._delete_memories(conn, M.subject_id == subject)
             conn.execute(memory_history.delete().where(H.subject_id == subject))
             conn.execute(
