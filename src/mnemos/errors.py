@@ -117,6 +117,16 @@ class SearchTooExpensive(MnemosError):
     )
 
 
+class McpNotInstalled(MnemosError):
+    """`/mcp` on a server installed without the `mcp` extra."""
+
+    status, code = 501, "mcp_not_installed"
+    default_message = (
+        "This server has no MCP support: install it with `pip install 'mnemos[mcp]'` "
+        "and restart it"
+    )
+
+
 class StorageUnavailable(MnemosError):
     status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
 

@@ -30,6 +30,7 @@ from mnemos.domain.tokens import TokenVerifier
 from mnemos.domain.tuya import TuyaMemories
 from mnemos.domain.tuya_auth import TuyaAuth
 from mnemos.errors import StorageUnavailable
+from mnemos.mcp.http import McpEndpoint
 from mnemos.ratelimit import build_limiters
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
@@ -58,13 +59,15 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     """A Mnemos app over an already migrated database."""
     settings = settings or load_settings()
     owns_store = store is None
+    mcp = McpEndpoint(settings.max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Blocking work (every synchronous route and dependency) runs in this many threads.
         to_thread.current_default_thread_limiter().total_tokens = settings.resolved_worker_threads()
         app.state.services = build_services(settings, store)
-        yield
+        async with mcp.running(app.state.services):
+            yield
         if owns_store:
             app.state.services.store.close()
 
@@ -95,6 +98,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.include_router(chats.human_router)
     app.include_router(tuya.router)
     app.include_router(superagent.router)
+    app.router.routes.append(mcp.route())  # MCP (mnemos.mcp.http): not in the OpenAPI document
 
     @app.get("/healthz", tags=["Operations"], summary="Health check")
     def healthz(svc: Services = Depends(services)) -> JSONResponse:
