@@ -13,4 +13,7 @@ import importlib.util
 
 def sdk_installed() -> bool:
     """Whether the `mcp` SDK can be imported (the `mcp` extra)."""
-    return importlib.util.find_spec("mcp") is not None
+    try:
+        return importlib.util.find_spec("mcp") is not None
+    except (ImportError, ValueError):  # hidden or half-removed
+        return False
