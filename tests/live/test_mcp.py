@@ -7,17 +7,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import select
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
-from mcp import ClientSession
+from mcp import Client, ClientSession
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mnemos.domain.memories import MemoryDraft
@@ -587,3 +591,39 @@ def test_a_session_works_across_workers(workers: LiveServer) -> None:
 
     ids, got = asyncio.run(run())
     assert [m["id"] for m in got] == ids
+
+
+def test_the_2026_protocol_client(actors: Actors) -> None:
+    """The SDK's high-level `Client` negotiates the 2026-07-28 protocol (no handshake)."""
+
+    async def run() -> tuple[str | None, set[str], Any]:
+        async with httpx2.AsyncClient(headers=bearer(actors.a1["api_key"])) as http:
+            transport = streamable_http_client(f"{actors.live.base_url}/mcp", http_client=http)
+            async with Client(transport) as client:
+                version = client.session.protocol_version if client.session else None
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                return version, names, await client.call_tool("get_memory", {"memory_id": "x"})
+
+    version, names, missing = asyncio.run(run())
+    assert version == "2026-07-28"
+    assert names == set(AGENT_TOOLS)
+    refused(missing, "not_found")
+
+
+SNIPPET = re.compile(r"<!-- snippet: python-client -->\n```python\n(.*?)```", re.S)
+
+
+def test_the_documented_python_snippet_runs(actors: Actors, tmp_path: Path) -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
+    match = SNIPPET.search(docs)
+    assert match is not None
+    code = match.group(1)
+    code = code.replace("http://127.0.0.1:8000/mcp", f"{actors.live.base_url}/mcp")
+    code = code.replace('"mn_agent_..."', json.dumps(actors.b1["api_key"]))
+    script = tmp_path / "snippet.py"
+    script.write_text(code)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "Every retry loop has a maximum attempt count.\n"
