@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from mnemos import __version__
 from mnemos.api.deps import Services
 from mnemos.errors import MnemosError, ValidationFailed
-from mnemos.mcp.tools import Caller, Tool, find_tool, tools_for
+from mnemos.mcp.tools import AGENT_TOOLS, PERSON_TOOLS, Caller, Tool, find_tool, tools_for
 
 log = logging.getLogger("mnemos.mcp")
 
@@ -92,12 +92,13 @@ def _run(
 
 def build_server(svc: Services, caller_of: CallerOf) -> Server[Any]:
     """A low-level MCP server whose tools run on `svc` for the caller `caller_of` finds."""
+    described = {tools: [describe(tool) for tool in tools] for tools in (AGENT_TOOLS, PERSON_TOOLS)}
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         caller = await caller_of(ctx)
-        return types.ListToolsResult(tools=[describe(tool) for tool in tools_for(caller)])
+        return types.ListToolsResult(tools=described[tools_for(caller)])
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
