@@ -21,7 +21,7 @@ from mnemos.api.deps import Services
 from mnemos.api.params import list_filters, page_request
 from mnemos.api.schemas import MemoryOut, UserMemoryOut, memory_json
 from mnemos.domain.human import HumanListParams, HumanView
-from mnemos.domain.memories import AgentListParams, MemoryDraft, RankedPage, ScopeFilter, Whose
+from mnemos.domain.memories import AgentListParams, MemoryDraft, ScopeFilter, Whose
 from mnemos.domain.models import (
     VALID_TYPES,
     AgentContext,
@@ -242,16 +242,21 @@ def best_search(
     ctx: AgentContext,
     params: AgentListParams,
     filters: Filters,
+    query: str,
     limit: int,
     cursor: str | None,
-) -> RankedPage:
-    """THE one place that picks how `search_memories` ranks: the best search Mnemos has.
+) -> tuple[list[Memory], str | None]:
+    """THE one place that picks how `search_memories` ranks: the best search Mnemos has. The
+    best `limit` memories for `query` among the agent list of `params` and `filters`, and the
+    cursor of the next page (None: no more).
 
-    Today that is `MemoryService.search_as_agent`, ranked by `MemoryService.ranker` (full text:
-    FTS5 bm25 / `ts_rank`). To switch `search_memories` to semantic or hybrid search, change
-    this call (or the service's ranker): the tool, its arguments and its answers stay as they are.
+    Today: full text, `MemoryService.search_as_agent` (ranked by the service's `ranker`: FTS5
+    bm25 / `ts_rank`). To switch `search_memories` to semantic or hybrid search, change this
+    body only: the tool, its arguments and its answers stay as they are.
     """
-    return svc.memories.search_as_agent(ctx, params, filters, limit, cursor)
+    searched = replace(filters, search=parse_search(query, svc.settings.max_query_chars, "query"))
+    page = svc.memories.search_as_agent(ctx, params, searched, limit, cursor)
+    return [found.memory for found in page.items], page.meta["next_cursor"]
 
 
 def _store(svc: Services, ctx: AgentContext, draft: MemoryDraft) -> Answer:
@@ -261,11 +266,10 @@ def _store(svc: Services, ctx: AgentContext, draft: MemoryDraft) -> Answer:
 def _search(svc: Services, ctx: AgentContext, args: SearchArguments) -> Answer:
     limit = page_request(svc, None, args.limit, None, None)
     assert isinstance(limit, CursorPage)  # no offset arguments: always the cursor family
-    filters = replace(
-        args.parsed(svc), search=parse_search(args.query, svc.settings.max_query_chars, "query")
+    found, next_cursor = best_search(
+        svc, ctx, args.params(), args.parsed(svc), args.query, limit.limit, args.cursor
     )
-    page = best_search(svc, ctx, args.params(), filters, limit.limit, args.cursor)
-    return many([memory_json(found.memory) for found in page.items], page.meta["next_cursor"])
+    return many([memory_json(memory) for memory in found], next_cursor)
 
 
 def _agent_list(svc: Services, ctx: AgentContext, args: AgentListArguments) -> Answer:
