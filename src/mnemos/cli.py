@@ -95,6 +95,40 @@ def serve(host: str, port: int, workers: int, log_level: str, database_url: str 
     serving.serve_one(settings, host, port, log_level)
 
 
+@main.command(name="mcp")
+@click.option(
+    "--api-key",
+    envvar="MNEMOS_API_KEY",
+    required=True,
+    help="The caller: an agent's API key (mn_agent_...), or a person's key or token "
+    "(default: MNEMOS_API_KEY).",
+)
+@click.option("--log-level", default="warning", show_default=True)
+@database_option
+def mcp_stdio(api_key: str, log_level: str, database_url: str | None) -> None:
+    """Serve the MCP memory tools over stdio (for Claude Desktop, Claude Code, ...): protocol
+    messages on stdout, logs on stderr."""
+    import contextlib
+    import logging
+
+    from mnemos.mcp import sdk_installed
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
+    if not sdk_installed():
+        click.echo("mnemos mcp needs the MCP SDK: pip install 'mnemos[mcp]'", err=True)
+        sys.exit(1)
+    from mnemos.mcp.stdio import serve_stdio
+
+    settings = load_settings(database_url=database_url)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries protocol messages only
+        run_migrations(settings)
+    try:
+        serve_stdio(settings, api_key)
+    except MnemosError as exc:
+        click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message}}), err=True)
+        sys.exit(1)
+
+
 def _redacted(settings: Settings) -> str:
     from sqlalchemy.engine import make_url
 

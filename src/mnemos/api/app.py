@@ -43,6 +43,7 @@ from mnemos.domain.tuya_auth import TuyaAuth
 from mnemos.embedding import embedder_from_settings
 from mnemos.errors import StorageUnavailable
 from mnemos.indexer import Indexer
+from mnemos.mcp.http import McpEndpoint
 from mnemos.ratelimit import build_limiters
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
@@ -112,6 +113,7 @@ def create_app(
     (`mnemos.indexer`)."""
     settings = settings or load_settings()
     owns_store = store is None
+    mcp = McpEndpoint(settings.max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -137,7 +139,8 @@ def create_app(
             if interval > 0
             else None
         )
-        yield
+        async with mcp.running(app.state.services):
+            yield
         if expiry is not None:
             expiry.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -177,6 +180,7 @@ def create_app(
     app.include_router(tuya.router)
     app.include_router(superagent.router)
     install_ui(app)
+    app.router.routes.append(mcp.route())  # MCP (mnemos.mcp.http): not in the OpenAPI document
 
     @app.get("/healthz", tags=["Operations"], summary="Health check")
     def healthz(svc: Services = Depends(services)) -> JSONResponse:

@@ -9,6 +9,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from mnemos.api.access import authenticate
 from mnemos.config import Settings
+from mnemos.domain import accounts
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
@@ -99,3 +100,26 @@ async def user_caller(
     """The person behind `X-API-Key` or `Authorization: Bearer <JWT>`; agent keys are refused."""
     credentials = token.credentials if token is not None else None
     return await authenticate(request, lambda: person_of(svc, key, credentials), user_identity)
+
+
+def any_credential(svc: Services, key: str | None, token: str | None) -> AgentContext | UserContext:
+    """An agent's key, or a person's key or token: each checked as its own API checks it."""
+    credential = key or token
+    if credential and credential.startswith(accounts.KEY_PREFIXES["agent"]):
+        return _agent(svc, credential)
+    if key or (token and token.startswith(accounts.KEY_PREFIXES["user"])):
+        return person_of(svc, credential, None)
+    return person_of(svc, None, token)
+
+
+async def any_caller(request: Request, svc: Services) -> AgentContext | UserContext:
+    """The agent or person behind `X-API-Key` or `Authorization: Bearer <key or JWT>`, for an
+    endpoint that serves both kinds (MCP): counted and limited like every other caller."""
+    key = await api_key_header(request)
+    token = await bearer(request)
+    credentials = token.credentials if token is not None else None
+
+    def identity(ctx: AgentContext | UserContext) -> str:
+        return agent_identity(ctx) if isinstance(ctx, AgentContext) else user_identity(ctx)
+
+    return await authenticate(request, lambda: any_credential(svc, key, credentials), identity)

@@ -1,0 +1,125 @@
+"""The MCP server: lists a caller's tools and runs them, over any transport.
+
+Who calls is decided by the transport (`http.py`: the request's credential, checked before the
+SDK sees the request; `stdio.py`: `MNEMOS_API_KEY`), handed in as `caller_of`. Every answer is a
+tool result: the memory (or `{"memories", "next_cursor"}`) as structured content with a short
+text, or, for anything Mnemos refuses, `isError` with a text that starts with the REST API's
+error code, so a model can correct itself. A bad argument is never a protocol error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from anyio import to_thread
+from mcp import types
+from mcp.server import Server, ServerRequestContext
+from pydantic import ValidationError
+
+from mnemos import __version__
+from mnemos.api.deps import Services
+from mnemos.errors import MnemosError, ValidationFailed
+from mnemos.mcp.tools import AGENT_TOOLS, PERSON_TOOLS, Caller, Tool, find_tool, tools_for
+
+log = logging.getLogger("mnemos.mcp")
+
+CallerOf = Callable[[ServerRequestContext[Any, Any]], Awaitable[Caller]]
+
+INSTRUCTIONS = (
+    "Mnemos keeps memories for agents across conversations. Before answering something that "
+    "may depend on what was learned earlier, call search_memories; when you learn something "
+    "worth keeping (a preference, a fact about someone, a guideline, how a task is done), "
+    "call store_memory with one self-contained statement. A tool that refuses answers with an "
+    "error whose text starts with a code (validation_failed, invalid_memory_type, not_found, "
+    "forbidden, plan_required, ...): fix the arguments and call again."
+)
+
+
+def describe(tool: Tool) -> types.Tool:
+    return types.Tool(
+        name=tool.name,
+        description=tool.description,
+        input_schema=tool.input_schema(),
+        output_schema=tool.output_schema(),
+        annotations=types.ToolAnnotations(
+            read_only_hint=tool.read_only,
+            destructive_hint=tool.destructive,
+            idempotent_hint=tool.read_only or tool.name != "store_memory",
+            open_world_hint=False,
+        ),
+    )
+
+
+def refusal(exc: MnemosError) -> types.CallToolResult:
+    """A refusal as a tool result: `<code>: <message>`, then the details, if any."""
+    text = f"{exc.code}: {exc.message}"
+    error: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.details:
+        text += f" {json.dumps(exc.details, sort_keys=True)}"
+        error["details"] = exc.details
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content={"error": error},
+        is_error=True,
+    )
+
+
+def _invalid(exc: ValidationError) -> ValidationFailed:
+    details: dict[str, str] = {}
+    for err in exc.errors():
+        field = ".".join(str(part) for part in err.get("loc", ())) or "arguments"
+        details.setdefault(field, str(err.get("msg", "invalid")))
+    return ValidationFailed("Invalid arguments", details=details)
+
+
+def _run(
+    svc: Services, caller: Caller, tool: Tool, arguments: dict[str, Any]
+) -> types.CallToolResult:
+    """Validate and run one call (blocking: the domain and storage are synchronous)."""
+    try:
+        parsed = tool.arguments.validate_python(arguments)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+    answer = tool.run(svc, caller, parsed)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=answer.text)],
+        structured_content=answer.structured,
+    )
+
+
+def build_server(svc: Services, caller_of: CallerOf) -> Server[Any]:
+    """A low-level MCP server whose tools run on `svc` for the caller `caller_of` finds."""
+    described = {tools: [describe(tool) for tool in tools] for tools in (AGENT_TOOLS, PERSON_TOOLS)}
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        caller = await caller_of(ctx)
+        return types.ListToolsResult(tools=described[tools_for(caller)])
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        try:
+            caller = await caller_of(ctx)
+            tool = find_tool(caller, params.name)
+            return await to_thread.run_sync(_run, svc, caller, tool, params.arguments or {})
+        except MnemosError as exc:
+            return refusal(exc)
+        except Exception:  # a bug: say so to the model, keep the details in the log
+            log.exception("MCP tool %s failed", params.name)
+            return refusal(MnemosError())
+
+    server: Server[Any] = Server(
+        "mnemos",
+        version=__version__,
+        title="Mnemos memory",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+    server.middleware = []  # the SDK's default is a tracing span per message: no exporter here
+    return server

@@ -1,0 +1,47 @@
+"""`mnemos mcp`: the MCP server over stdio, straight on the database, for one local caller.
+
+The caller is the credential in `MNEMOS_API_KEY` (an agent's key, or a person's key or token),
+checked at start (a bad one exits with an error on stderr) and again at every message, so a
+rotated key, a revoked token or a plan switched off takes effect at once, as over HTTP. Only
+protocol messages go to stdout: logs and errors go to stderr.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from anyio import to_thread
+from mcp.server import ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from mnemos.api.app import build_services
+from mnemos.api.deps import Services, any_credential
+from mnemos.config import Settings
+from mnemos.mcp.server import build_server
+from mnemos.mcp.tools import Caller
+
+
+def check_credential(svc: Services, credential: str) -> Caller:
+    """The caller behind `credential`: raises `Unauthorized` for a bad one."""
+    return any_credential(svc, None, credential)
+
+
+def serve_stdio(settings: Settings, credential: str) -> None:
+    """Serve MCP on stdin/stdout until stdin closes (the database is already migrated)."""
+    svc = build_services(settings)
+    try:
+        check_credential(svc, credential)
+
+        async def caller_of(_ctx: ServerRequestContext[Any, Any]) -> Caller:
+            return await to_thread.run_sync(check_credential, svc, credential)
+
+        server = build_server(svc, caller_of)
+
+        async def main() -> None:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+
+        anyio.run(main)
+    finally:
+        svc.store.close()
