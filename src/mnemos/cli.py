@@ -231,3 +231,9 @@ def bind_tuya_role(
             raise NotFound("No such agent in this organization", {"agent": str(agent_id)})
         store.bind_tuya_role(org_id, check_text(role_id, "role-id"), agent_id)
         _emit({"ok": True})
+
+
+# export, import, backup, doctor (docs/operations.md)
+from mnemos.cli_ops import register  # noqa: E402 - they share this module's options
+
+register(main, database_option)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -62,6 +63,13 @@ class Settings(BaseSettings):
     jwt_audience: str = ""
     jwks_url: str = ""
     jwks_file: Path | None = None
+    # Operations (docs/operations.md). `GET /metrics` in the Prometheus text format, off unless
+    # "on"; with a token, only `Authorization: Bearer <token>` may read it.
+    metrics: bool = False
+    metrics_token: str = Field(default="", repr=False)
+    # One access line per request and every other log line: "json" (one object a line) or "text".
+    log_format: Literal["json", "text"] = "text"
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
 
     @field_validator("jwt_secret")
     @classmethod
@@ -69,6 +77,11 @@ class Settings(BaseSettings):
         if value and len(value.encode()) < MIN_SECRET_BYTES:
             raise ValueError(f"must be at least {MIN_SECRET_BYTES} bytes")
         return value
+
+    @field_validator("log_format", "log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("sqlite_synchronous")
     @classmethod
