@@ -49,7 +49,7 @@ def _refusals() -> Iterator[None]:
 
 @contextmanager
 def _bar(show: bool | None, unit: str, total: int | None) -> Iterator[Any]:
-    from tqdm import tqdm
+    from tqdm import tqdm  # type: ignore[import-untyped]
 
     visible = sys.stderr.isatty() if show is None else show
     bar = tqdm(
@@ -120,8 +120,11 @@ def export(out: Path, progress: bool | None, database_url: str | None) -> None:
 
 @click.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--merge", is_flag=True, help="Import into a database that holds data: rows "
-              "whose id exists are skipped (and counted).")
+@click.option(
+    "--merge",
+    is_flag=True,
+    help="Import into a database that holds data: rows whose id exists are skipped (and counted).",
+)
 @progress_option
 def import_(file: Path, merge: bool, progress: bool | None, database_url: str | None) -> None:
     """Load an export into this database (created or migrated first) in one transaction."""

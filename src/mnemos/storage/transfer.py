@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
@@ -158,7 +158,7 @@ def header(conn: Connection) -> dict[str, Any]:
     }
 
 
-def _keyset(table: sa.Table, conn: Connection) -> Iterator[list[sa.Row[Any]]]:
+def _keyset(table: sa.Table, conn: Connection) -> Iterator[Sequence[sa.Row[Any]]]:
     """The table's rows in primary-key order, `BATCH_ROWS` at a time (constant memory)."""
     key = list(table.primary_key.columns)
     after: tuple[Any, ...] | None = None
@@ -314,7 +314,8 @@ def _records(lines: Iterable[bytes], progress: Progress) -> Iterator[tuple[str, 
             ) from None
         if record.get("end") is True:
             expected = record.get("rows")
-            if not isinstance(expected, dict) or {k: v for k, v in expected.items() if v} != counted:
+            listed = {k: v for k, v in expected.items() if v} if isinstance(expected, dict) else {}
+            if listed != counted:
                 raise TransferError(
                     "The row counts in the trailer differ from the rows read; nothing imported"
                 )
@@ -369,7 +370,9 @@ def _count(conn: Connection, table: sa.Table) -> int:
     return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
 
 
-def _flush(conn: Connection, target: _Target, batch: list[dict[str, Any]], summary: Summary) -> None:
+def _flush(
+    conn: Connection, target: _Target, batch: list[dict[str, Any]], summary: Summary
+) -> None:
     if not batch:
         return
     name = str(target.table.name)
