@@ -10,6 +10,10 @@ same keys and even the same cursors.
 from __future__ import annotations
 
 import io
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -23,6 +27,7 @@ from fastapi.testclient import TestClient
 
 from mnemos.api.app import create_app
 from mnemos.config import Settings
+from mnemos.domain.search import index_text
 from mnemos.storage import migrate, open_store
 from mnemos.storage.base import Store
 from mnemos.storage.transfer import (
@@ -159,9 +164,7 @@ def test_a_database_that_holds_data_is_refused_unless_merged(
     with fresh("sqlite", tmp_path / "other") as other:
         with client_on(other) as other_client:
             World(other_client.app.state.services.store).user("Someone", "elsewhere")
-        partial = _only(
-            export, lambda line: b'"scope":"organization"' not in line
-        )
+        partial = _only(export, lambda line: b'"scope":"organization"' not in line)
         import_database(other, [*io.BytesIO(partial)], merge=True)
         summary = import_database(other, [*io.BytesIO(export)], merge=True)
         memories = summary.as_json()["tables"]["memories"]
@@ -234,3 +237,44 @@ def test_a_column_or_table_this_version_does_not_know_is_refused(database_url: s
     alien = b'{"t":"starships","r":{"id":1}}\n'
     with pytest.raises(TransferError, match="which this Mnemos does not know"):
         import_database(database_url, [header, alien, b'{"end":true,"rows":{"starships":1}}\n'])
+
+
+def test_fifty_thousand_memories_import_with_progress_and_a_summary(
+    client: TestClient, world: World, database_url: str, tmp_path: Path
+) -> None:
+    person = world.user("Ann", "acme")
+    agent = world.agent(person)
+    stored = client.post(AGENT, json=memory_body("template"), headers=agent.headers)
+    assert stored.status_code == 201, stored.text
+    lines = dump(database_url).splitlines()
+    template = next(orjson.loads(line) for line in lines if b'"t":"memories"' in line)
+    rows = [line for line in lines[1:-1] if b'"t":"memories"' not in line]
+    for n in range(50_000):
+        content = f"memory {n} about tea" + (" zebrafinch" if n == 31_337 else "")
+        memory = {**template["r"], "pk": n + 1, "id": str(uuid.uuid4()), "content": content}
+        memory["search_text"] = index_text(content)
+        rows.append(orjson.dumps({"t": "memories", "r": memory}))
+    file = tmp_path / "big.ndjson"
+    file.write_bytes(_only(b"\n".join([lines[0], *rows, lines[-1]]), lambda _: True))
+
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "big") as target:
+        done = subprocess.run(
+            [sys.executable, "-m", "mnemos", "import", str(file), "--progress"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "MNEMOS_DATABASE_URL": target},
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "100%" in done.stderr and "B/s" in done.stderr  # the bar, drawn to the end
+        summary = json.loads(done.stdout)
+        assert summary["tables"]["memories"] == {"rows": 50_000, "skipped": 0}
+        assert summary["ok"] and summary["rows_per_second"] > 0
+        with client_on(target) as moved:
+            found = moved.get(AGENT, params={"content_query": "zebrafinch"}, headers=agent.headers)
+            assert [row["content"] for row in found.json()["data"]] == [
+                "memory 31337 about tea zebrafinch"
+            ]
+            page = moved.get(AGENT, params={"limit": 100}, headers=agent.headers).json()
+            assert len(page["data"]) == 100 and page["meta"]["next_cursor"]
