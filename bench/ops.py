@@ -32,7 +32,8 @@ from bench.dataset import load
 from bench.run import AGENT, database
 from mnemos.config import Settings
 from mnemos.storage import migrate, open_store
-from mnemos.storage.transfer import export_database, import_database
+from mnemos.storage.transfer import export_database
+from mnemos.storage.transfer_import import import_database
 
 RESULTS = Path(__file__).parent / "results" / "2026-12-01" / "ops"
 

@@ -30,12 +30,8 @@ from mnemos.config import Settings
 from mnemos.domain.search import index_text
 from mnemos.storage import migrate, open_store
 from mnemos.storage.base import Store
-from mnemos.storage.transfer import (
-    FORMAT_VERSION,
-    TransferError,
-    export_database,
-    import_database,
-)
+from mnemos.storage.transfer import FORMAT_VERSION, TransferError, export_database
+from mnemos.storage.transfer_import import import_database
 from tests.api.test_visibility_world import AGENT, HUMAN, build
 from tests.conftest import POSTGRES_URL
 from tests.live.conftest import _database_for

@@ -128,7 +128,8 @@ def export(out: Path, progress: bool | None, database_url: str | None) -> None:
 @progress_option
 def import_(file: Path, merge: bool, progress: bool | None, database_url: str | None) -> None:
     """Load an export into this database (created or migrated first) in one transaction."""
-    from mnemos.storage.transfer import check_header, import_database
+    from mnemos.storage.transfer import check_header
+    from mnemos.storage.transfer_import import import_database
 
     settings = load_settings(database_url=database_url)
     url = settings.resolved_database_url()
