@@ -84,9 +84,7 @@ def _target(conn: Connection, name: str, merge: bool) -> _Target:
             {"table": name},
         )
     decoders = [
-        (column.name, decode)
-        for column in table.columns
-        if (decode := decoder(column)) is not None
+        (column.name, decode) for column in table.columns if (decode := decoder(column)) is not None
     ]
     dropped = _surrogate_key(table) if merge else None
     statement: Any = table.insert()
