@@ -46,10 +46,11 @@ def transfer(count: int, backends: list[str], tmp: Path) -> tuple[dict[str, Any]
     data = load(store, count)
     store.close()
     dump = tmp / "export.ndjson"
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     with dump.open("wb") as out:
         summary = export_database(source, out)
     export_seconds = time.perf_counter() - started
+    export_cpu = time.process_time() - cpu
     rows = sum(summary.rows.values())
     found: dict[str, Any] = {
         "export": {
@@ -57,6 +58,7 @@ def transfer(count: int, backends: list[str], tmp: Path) -> tuple[dict[str, Any]
             "seconds": round(export_seconds, 2),
             "rows_per_second": round(rows / export_seconds),
             "bytes": dump.stat().st_size,
+            "cpu_seconds": round(export_cpu, 2),
         },
         "import": {},
     }
@@ -66,16 +68,21 @@ def transfer(count: int, backends: list[str], tmp: Path) -> tuple[dict[str, Any]
         url, drop = database(backend, target_dir)
         try:
             migrate(Settings(database_url=url))
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             with dump.open("rb") as lines:
                 imported = import_database(url, lines)
             seconds = time.perf_counter() - started
+            cpu_seconds = time.process_time() - cpu
             found["import"][backend] = {
                 "rows": sum(imported.rows.values()),
                 "memories": imported.rows.get("memories", 0),
                 "seconds": round(seconds, 2),
                 "memories_per_second": round(imported.rows.get("memories", 0) / seconds),
                 "rows_per_second": round(sum(imported.rows.values()) / seconds),
+                # This process's CPU time: all of the work on SQLite (in-process), only the
+                # client's share on PostgreSQL. On a shared machine wall time waits for cores.
+                "cpu_seconds": round(cpu_seconds, 2),
+                "memories_per_cpu_second": round(imported.rows.get("memories", 0) / cpu_seconds),
             }
             print(f"  import into {backend}: {found['import'][backend]}", file=sys.stderr)
         finally:
@@ -157,6 +164,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     result = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_average": os.getloadavg(),  # other work on the machine during the run
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
         "memories": args.memories,
         **found,

@@ -124,3 +124,35 @@ def test_backup_refuses_a_missing_file(tmp_path: Path) -> None:
     )
     assert done.returncode == 1 and "No database file" in done.stderr
     assert not (tmp_path / "b.db").exists()
+
+
+def test_log_format_and_level_come_from_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+    import logging.config
+
+    from mnemos.logs import ACCESS_LOGGER, log_config
+
+    names = ("mnemos", "mnemos.access", "uvicorn", "uvicorn.error", "uvicorn.access")
+    saved = {
+        n: (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
+        for n in names
+        if (lg := logging.getLogger(n))
+    }
+    try:
+        logging.config.dictConfig(log_config(Settings(log_format="json", log_level="warning")))
+        access = logging.getLogger(ACCESS_LOGGER)
+        assert not access.isEnabledFor(logging.INFO)  # no access lines at warning
+        logging.getLogger("mnemos").warning("disk %s", "low", extra={"request_id": "r1"})
+        line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+        assert line["message"] == "disk low" and line["level"] == "warning"
+        assert line["request_id"] == "r1" and line["logger"] == "mnemos"
+        logging.config.dictConfig(log_config(Settings(log_format="text"), "debug"))
+        assert access.isEnabledFor(logging.DEBUG)
+        access.info("GET / 200")
+        assert "INFO mnemos.access: GET / 200" in capsys.readouterr().err
+    finally:  # leave logging as the rest of the suite had it
+        for name, (level, handlers, propagate, disabled) in saved.items():
+            logger = logging.getLogger(name)
+            logger.setLevel(level)
+            logger.handlers[:] = handlers
+            logger.propagate, logger.disabled = propagate, disabled

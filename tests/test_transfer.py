@@ -115,7 +115,7 @@ def rows_of(export: bytes) -> list[bytes]:
 def test_round_trip_across_backends_keeps_every_answer_and_key(
     client: TestClient, world: World, store: Store, database_url: str, tmp_path: Path
 ) -> None:
-    people, agents, _ = build(client, world)
+    people, agents, model = build(client, world)
     org = uuid.UUID(people[0].organization_id or "")
     store.create_tuya_project("tuya-client-1", "s" * 32, org)
     store.bind_tuya_role(org, "94300123", uuid.UUID(agents[0].id))
@@ -134,7 +134,14 @@ def test_round_trip_across_backends_keeps_every_answer_and_key(
         back = stack.enter_context(fresh(source, tmp_path / "back"))
         import_database(back, [*io.BytesIO(second)])
         with client_on(back) as returned:
-            assert answers(returned, people, agents, cursors) == expected
+            final = answers(returned, people, agents, cursors)
+            assert final == expected
+        for agent in agents:  # and they are what the reference model says
+            listed = {row["id"] for page in final[f"agent {agent.id}"] for row in page}
+            assert listed == model.agent_list(agent.id, "me", None, None)
+            if agent.organization_id:
+                listed = {row["id"] for page in final[f"org {agent.id}"] for row in page}
+                assert listed == model.agent_list(agent.id, "org", None, None)
         assert rows_of(dump(back)) == rows_of(first)
         # A new memory on each moved database gets its own row (key sequences moved too).
         for url in (there, back):
