@@ -101,6 +101,7 @@ def test_metrics_on_one_process(settings: Settings, store: Store, token: str) ->
     on = settings.model_copy(update={"metrics": True, "metrics_token": token})
     with TestClient(create_app(on, store)) as client:
         client.get("/healthz")
+        client.request("BREW", f"/no/such/{uuid.uuid4()}")  # made-up method and path
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if token:
             refused = client.get("/metrics")
@@ -111,6 +112,8 @@ def test_metrics_on_one_process(settings: Settings, store: Store, token: str) ->
         assert 'mnemos_http_requests_total{method="GET",route="/healthz",status="200"}' in (
             scraped.text
         )
+        assert 'method="OTHER",route="unmatched"' in scraped.text  # labels stay bounded
+        assert "BREW" not in scraped.text and "/no/such" not in scraped.text
         assert "/metrics" not in client.get("/openapi.json").text
 
 

@@ -20,6 +20,8 @@ from mnemos.api.access import CALLER_STATE
 from mnemos.logs import ACCESS_LOGGER
 
 UNMATCHED = "unmatched"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""Methods labelled as they are; any other a client makes up is `OTHER` (bounded labels)."""
 access_log = logging.getLogger(ACCESS_LOGGER)
 
 
@@ -72,7 +74,8 @@ class ObserveMiddleware:
             route = route_template(scope)
             code = error_code(first_body or b"") if status >= 400 else None
             if self.metrics is not None:
-                self._count(route, scope["method"], status, seconds, code)
+                method = scope["method"] if scope["method"] in METHODS else "OTHER"
+                self._count(route, method, status, seconds, code)
             if access_log.isEnabledFor(logging.INFO):
                 self._log(scope, route, status, seconds, code)
 
