@@ -41,6 +41,7 @@ from mnemos.storage.schema import metadata
 FORMAT = "mnemos-export"
 FORMAT_VERSION = 1
 BATCH_ROWS = 2000
+AS_JSON = orjson.OPT_SERIALIZE_NUMPY  # a vector column may read back as a numpy array
 
 SKIPPED_TABLES = frozenset({"idempotency_keys"})
 """Not exported: replay records of recent requests, worthless on another server."""
@@ -207,7 +208,7 @@ def _export_table(conn: Connection, table: sa.Table, out: IO[bytes], progress: P
             record = dict(zip(names, row, strict=True))
             for name, encode in converted:
                 record[name] = encode(record[name])
-            lines.append(prefix + orjson.dumps(record) + b"}\n")
+            lines.append(prefix + orjson.dumps(record, option=AS_JSON) + b"}\n")
         out.write(b"".join(lines))
         count += len(rows)
         progress(len(rows))
