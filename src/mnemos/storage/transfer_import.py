@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -230,10 +231,19 @@ def _bulk_insert(conn: Connection, target: _Target, batch: list[dict[str, Any]])
         )
         for key in order
     ]
-    values = [
-        tuple(step(row[key]) if step else row[key] for key, step in zip(order, steps, strict=True))
-        for row in batch
-    ]
+    pick = itemgetter(*order)
+    convert = [(index, step) for index, step in enumerate(steps) if step is not None]
+    values: list[tuple[Any, ...]] = []
+    try:
+        for record in batch:
+            picked = list(pick(record)) if len(order) > 1 else [pick(record)]
+            for index, step in convert:
+                picked[index] = step(picked[index])
+            values.append(tuple(picked))
+    except KeyError as exc:
+        raise TransferError(
+            f"A row of {target.table.name!r} lacks column {exc.args[0]!r}; nothing imported"
+        ) from None
     if dialect.name != "postgresql":
         conn.exec_driver_sql(str(compiled), values)
         return
@@ -241,8 +251,8 @@ def _bulk_insert(conn: Connection, target: _Target, batch: list[dict[str, Any]])
     columns = ", ".join(quote(key) for key in order)
     statement = f"COPY {quote(target.table.name)} ({columns}) FROM STDIN"
     with driver_connection(conn).cursor() as cursor, cursor.copy(statement) as copy:
-        for row in values:
-            copy.write_row(row)
+        for line in values:
+            copy.write_row(line)
 
 
 def _compose(
