@@ -281,3 +281,15 @@ def test_fifty_thousand_memories_import_with_progress_and_a_summary(
             ]
             page = moved.get(AGENT, params={"limit": 100}, headers=agent.headers).json()
             assert len(page["data"]) == 100 and page["meta"]["next_cursor"]
+        if backend == "sqlite":  # indexes and triggers set aside for the load are all back
+            assert _schema(target) == _schema(database_url)
+
+
+def _schema(url: str) -> list[tuple[str, str, str]]:
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
+        ).all()
+    engine.dispose()
+    return [tuple(row) for row in found]

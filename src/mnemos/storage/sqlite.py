@@ -80,24 +80,31 @@ INDEX_TRIGGER = "memories_fts_ai"
 
 
 @contextmanager
-def search_index_deferred(conn: Connection) -> Iterator[None]:
-    """For a bulk load into an empty `memories` (`mnemos import`), inside its transaction: the
-    insert trigger is set aside and the FTS5 index is filled once at the end, from the loaded
-    rows (about 2.5 times faster than one trigger run per row). The trigger comes back as it
-    was (its SQL is read back from the schema, not written out again here)."""
-    trigger = conn.exec_driver_sql(
-        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?", (INDEX_TRIGGER,)
-    ).scalar()
-    if trigger is None:
-        yield
-        return
-    conn.exec_driver_sql(f"DROP TRIGGER {INDEX_TRIGGER}")
+def indexes_deferred(conn: Connection) -> Iterator[None]:
+    """For a bulk load into an empty database (`mnemos import`), inside its transaction: every
+    named index is dropped and built once at the end from the loaded rows (sorting once is
+    cheaper than a B-tree insert per row per index), and the FTS5 insert trigger is set aside
+    and the index filled once from `memories` (about 2.5 times faster than a trigger run per
+    row). Indexes and trigger come back as they were: their SQL is read from the schema, not
+    written out again here. (Unique constraints' own indexes stay: SQLite cannot drop them.)"""
+    saved = [
+        (kind, name, sql)
+        for kind, name, sql in conn.exec_driver_sql(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND "
+            "(type = 'index' OR (type = 'trigger' AND name = ?))",
+            (INDEX_TRIGGER,),
+        )
+    ]
+    for kind, name, _ in saved:
+        conn.exec_driver_sql(f'DROP {kind.upper()} "{name}"')
     yield
-    conn.exec_driver_sql(
-        "INSERT INTO memories_fts(rowid, search_text, scope) "
-        f"SELECT pk, search_text, {scope_tokens_sql('memories')} FROM memories"
-    )
-    conn.exec_driver_sql(trigger)
+    if any(name == INDEX_TRIGGER for _, name, _ in saved):
+        conn.exec_driver_sql(
+            "INSERT INTO memories_fts(rowid, search_text, scope) "
+            f"SELECT pk, search_text, {scope_tokens_sql('memories')} FROM memories"
+        )
+    for _, _, sql in saved:
+        conn.exec_driver_sql(sql)
 
 
 def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine:

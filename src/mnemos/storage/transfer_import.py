@@ -154,12 +154,12 @@ def import_database(
 
 def _bulk_load(conn: Connection, merge: bool) -> AbstractContextManager[None]:
     """A backend's way to load many rows into an empty database faster (SQLite: the search
-    index filled once at the end)."""
+    indexes built once at the end)."""
     if merge or conn.dialect.name != "sqlite":
         return nullcontext()
-    from mnemos.storage.sqlite import search_index_deferred
+    from mnemos.storage.sqlite import indexes_deferred
 
-    return search_index_deferred(conn)
+    return indexes_deferred(conn)
 
 
 def _load(
