@@ -5,8 +5,8 @@
 Loads the benchmark's seeded data set into SQLite, exports it (`mnemos export`'s code path), and
 imports the file into a fresh database of each backend given (`mnemos import`'s code path),
 reporting rows per second and memories per second. Then, on SQLite with the same data, serves
-the agent list (~10,000 memories) with `MNEMOS_METRICS` off and on, alternating servers, and
-reports p50s and their ratio. Writes `bench/results/<date>/ops/ops.json`. Loopback only; every
+the agent list (~10,000 memories) from two servers at once, `MNEMOS_METRICS` off and on, asked
+in turn, and reports p50s and their ratio. Writes `bench/results/<date>/ops/ops.json`. Loopback only; every
 loop is bounded.
 """
 
@@ -109,36 +109,38 @@ def serve(url: str, port: int, metrics: bool) -> subprocess.Popen[bytes]:
     raise RuntimeError("server did not start")
 
 
-def list_latencies(base: str, key: str, requests: int) -> list[float]:
-    found = []
-    with httpx.Client(base_url=base, timeout=60, headers={"X-API-Key": key}) as http:
-        for _ in range(20):
-            http.get(AGENT, params={"limit": 20})  # warm up
-        for _ in range(requests):
-            started = time.perf_counter()
-            response = http.get(AGENT, params={"limit": 20})
-            found.append(time.perf_counter() - started)
-            if response.status_code != 200:
-                raise RuntimeError(response.text[:200])
-    return found
-
-
 def metrics_cost(url: str, key: str, requests: int, rounds: int) -> dict[str, Any]:
-    """p50 of the agent list with metrics off and on: one server each, alternating rounds so
-    that load elsewhere on the machine falls on both alike."""
+    """p50 of the agent list with metrics off and on: two servers on the same database at once,
+    asked in turn (off, on, off, on, ...), so that load elsewhere on the machine falls on both
+    alike; `rounds` times with fresh servers."""
     samples: dict[str, list[float]] = {"off": [], "on": []}
     for _ in range(rounds):
-        for mode in ("off", "on"):
-            port = 19000 + os.getpid() % 500
-            server = serve(url, port, mode == "on")
-            try:
-                samples[mode] += list_latencies(f"http://127.0.0.1:{port}", key, requests)
-            finally:
+        ports = {"off": 19000 + os.getpid() % 500, "on": 19500 + os.getpid() % 500}
+        servers = {mode: serve(url, port, mode == "on") for mode, port in ports.items()}
+        clients = {
+            mode: httpx.Client(
+                base_url=f"http://127.0.0.1:{port}", timeout=60, headers={"X-API-Key": key}
+            )
+            for mode, port in ports.items()
+        }
+        try:
+            for i in range(20 + requests):
+                for mode, http in clients.items():
+                    started = time.perf_counter()
+                    response = http.get(AGENT, params={"limit": 20})
+                    if i >= 20:  # after a warm-up
+                        samples[mode].append(time.perf_counter() - started)
+                    if response.status_code != 200:
+                        raise RuntimeError(response.text[:200])
+        finally:
+            for http in clients.values():
+                http.close()
+            for server in servers.values():
                 server.terminate()
                 server.wait(timeout=60)
     p50 = {mode: statistics.median(values) * 1000 for mode, values in samples.items()}
     return {
-        "path": "agent list (~10,000 memories), limit 20, 1 client",
+        "path": "agent list (~10,000 memories), limit 20, 1 client, servers asked in turn",
         "requests_each": len(samples["off"]),
         "p50_ms_off": round(p50["off"], 3),
         "p50_ms_on": round(p50["on"], 3),
