@@ -72,9 +72,11 @@ def main() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
-@click.option("--log-level", default="info", show_default=True)
+@click.option("--log-level", default=None, help="debug, info, ... (default: MNEMOS_LOG_LEVEL)")
 @database_option
-def serve(host: str, port: int, workers: int, log_level: str, database_url: str | None) -> None:
+def serve(
+    host: str, port: int, workers: int, log_level: str | None, database_url: str | None
+) -> None:
     """Create or migrate the database, then serve HTTP (several processes with --workers)."""
     from mnemos import serving
 
@@ -83,12 +85,14 @@ def serve(host: str, port: int, workers: int, log_level: str, database_url: str 
             "each worker would get another port: give a port", param_hint="--port"
         )
     settings = load_settings(database_url=database_url)
+    log_level = log_level or settings.log_level
     run_migrations(settings)
     # Worker processes build their own settings from the environment: hand them the URL.
     os.environ["MNEMOS_DATABASE_URL"] = settings.resolved_database_url()
     click.echo(f"mnemos: serving on http://{host}:{port} ({_redacted(settings)})", err=True)
     if workers > 1:
-        serving.serve_many(host, port, workers, log_level)
+        with serving.shared_metrics(settings, workers):
+            serving.serve_many(host, port, workers, log_level)
         return
     # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal: exit 0 on it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -372,3 +376,7 @@ def set_retention(org_id: uuid.UUID, system: str, days: int, database_url: str |
     with _admin_store(database_url) as store:
         policy = _services(store, database_url).retention.set(org_id, system, days)
         _emit({"org": str(org_id), "system": policy.system.value, "days": policy.days})
+# export, import, backup, doctor (docs/operations.md)
+from mnemos.cli_ops import register  # noqa: E402 - they share this module's options
+
+register(main, database_option)

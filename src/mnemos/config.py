@@ -91,6 +91,13 @@ class Settings(BaseSettings):
     # archived per transaction (each batch is short, so requests never wait on a long one).
     retention_interval_seconds: float = Field(default=300.0, ge=0)
     retention_batch: int = Field(default=500, ge=1, le=10_000)
+    # Operations (docs/operations.md). `GET /metrics` in the Prometheus text format, off unless
+    # "on"; with a token, only `Authorization: Bearer <token>` may read it.
+    metrics: bool = False
+    metrics_token: str = Field(default="", repr=False)
+    # One access line per request and every other log line: "json" (one object a line) or "text".
+    log_format: Literal["json", "text"] = "text"
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
 
     @field_validator("jwt_secret")
     @classmethod
@@ -108,6 +115,10 @@ class Settings(BaseSettings):
         if value.lower().startswith(("http://", "https://")):
             return value
         raise ValueError("must be 'local', 'none' or the http(s) URL of an embeddings endpoint")
+    @field_validator("log_format", "log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("sqlite_synchronous")
     @classmethod

@@ -11,10 +11,15 @@ every worker to drain and exits 0 once they have.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -22,6 +27,9 @@ import uvicorn
 
 from mnemos.config import Settings, load_settings
 from mnemos.http_guard import ConnectionLimits, guarded_protocol
+from mnemos.logs import log_config
+
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 APP = "mnemos.api.app:factory"
 DRAIN_SECONDS = 20
@@ -33,11 +41,15 @@ def server_config(settings: Settings, log_level: str, **extra: Any) -> uvicorn.C
 
     No `limit_concurrency`: uvicorn counts open sockets against it, so idle ones could starve
     everyone; the application caps requests in flight instead (`InFlightLimitMiddleware`).
+    Logging follows `MNEMOS_LOG_FORMAT` (`mnemos.logs`); uvicorn's access log is replaced by
+    Mnemos's own access line.
     """
     return uvicorn.Config(
         APP,
         factory=True,
         log_level=log_level,
+        log_config=log_config(settings, log_level),
+        access_log=False,
         http=guarded_protocol(ConnectionLimits.from_settings(settings)),
         ws="none",
         timeout_keep_alive=settings.keep_alive_seconds,
@@ -49,6 +61,31 @@ def server_config(settings: Settings, log_level: str, **extra: Any) -> uvicorn.C
 def serve_one(settings: Settings, host: str, port: int, log_level: str) -> None:
     """One process: uvicorn drains in-flight requests on SIGTERM, then this exits 0."""
     uvicorn.Server(server_config(settings, log_level, host=host, port=port)).run()
+
+
+@contextmanager
+def shared_metrics(settings: Settings, workers: int) -> Iterator[None]:
+    """With metrics on and several processes: a fresh directory for this run's samples, named
+    to the workers by `PROMETHEUS_MULTIPROC_DIR` (read by prometheus_client at import), and
+    removed when the server stops, so no run counts another's samples."""
+    if not settings.metrics or workers < 2:
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="mnemos-metrics-")
+    os.environ[METRICS_DIR_ENV] = directory
+    try:
+        yield
+    finally:
+        os.environ.pop(METRICS_DIR_ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _forget(process: BaseProcess) -> None:
+    """A dead worker's live gauges (connections in use) no longer count."""
+    if os.environ.get(METRICS_DIR_ENV) and process.pid is not None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(process.pid)  # type: ignore[no-untyped-call]
 
 
 def _listener(host: str, port: int) -> socket.socket:
@@ -94,6 +131,7 @@ def serve_many(host: str, port: int, workers: int, log_level: str) -> None:
                 sys.stderr.write(
                     f"mnemos: worker {process.pid} exited ({process.exitcode}); starting another\n"
                 )
+                _forget(process)
                 time.sleep(RESTART_PAUSE_SECONDS)
                 running[index] = start()
     for process in running:

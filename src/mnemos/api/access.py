@@ -22,6 +22,7 @@ from mnemos.ratelimit import Limiters
 
 T = TypeVar("T")
 RATE_LIMIT_STATE = "rate_limit"
+CALLER_STATE = "caller"  # "agent:<id>", "user:<id>", "tuya:<client id>": the access log's caller
 
 
 def client_address(scope: Scope) -> str:
@@ -40,6 +41,7 @@ def _refused(retry_after: int, message: str | None = None) -> MnemosError:
 
 async def count_request(request: Request, identity: str) -> None:
     """Count one request against `identity`; `rate_limited` past the per-minute limit."""
+    request.scope.setdefault("state", {})[CALLER_STATE] = identity
     limiter = limiters(request).requests
     if limiter is None:
         return

@@ -18,12 +18,14 @@ from mnemos import __version__
 from mnemos.api import band_agent, band_human, chats, rights, superagent, tuya
 from mnemos.api.deps import Services, services
 from mnemos.api.error_handlers import install_error_handlers
+from mnemos.api.metrics import install_metrics_route
 from mnemos.api.middleware import (
     AccessMiddleware,
     BodyLimitMiddleware,
     InFlightLimitMiddleware,
     RequestContextMiddleware,
 )
+from mnemos.api.observe import ObserveMiddleware
 from mnemos.api.responses import JSONResponse, errors
 from mnemos.api.ui import install_ui
 from mnemos.config import Settings, load_settings
@@ -165,10 +167,12 @@ def create_app(
         settings.redis_prefix,
     )
     app.state.limiters = limiters
-    # Outermost last: request id, then the in-flight cap, the body limit, the access checks.
+    # Outermost last: request id, access line and metrics, then the in-flight cap, the body
+    # limit, the access checks.
     app.add_middleware(AccessMiddleware, limiter=limiters.requests)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(InFlightLimitMiddleware, max_in_flight=settings.max_in_flight)
+    app.add_middleware(ObserveMiddleware, metrics=settings.metrics)  # access line, metrics
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
     app.include_router(rights.human_router)  # before the Band routers: /memories/export
@@ -181,6 +185,8 @@ def create_app(
     app.include_router(superagent.router)
     install_ui(app)
     app.router.routes.append(mcp.route())  # MCP (mnemos.mcp.http): not in the OpenAPI document
+    if settings.metrics:
+        install_metrics_route(app, settings)
 
     @app.get("/healthz", tags=["Operations"], summary="Health check")
     def healthz(svc: Services = Depends(services)) -> JSONResponse:

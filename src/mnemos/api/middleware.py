@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import uuid
 from typing import Any
 
@@ -19,6 +20,9 @@ from mnemos.errors import PayloadTooLarge
 from mnemos.ratelimit import RateLimiter, Verdict
 
 REQUEST_ID_HEADER = b"x-request-id"
+# An incoming X-Request-ID is kept when it looks like an id (a proxy's or a client's), so one id
+# follows a request through every log; anything else is replaced by a fresh one.
+WELL_FORMED_REQUEST_ID = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 
 def error_body(code: str, message: str, request_id: str, details: Any = None) -> bytes:
@@ -51,8 +55,17 @@ def request_id_of(scope: Scope) -> str:
     return str(scope.get("state", {}).get("request_id", ""))
 
 
+def incoming_request_id(scope: Scope) -> str | None:
+    """The request's own `X-Request-ID`, if it sent exactly one well-formed one."""
+    found = [value for name, value in scope.get("headers", []) if name.lower() == REQUEST_ID_HEADER]
+    if len(found) == 1 and WELL_FORMED_REQUEST_ID.fullmatch(found[0]):
+        return str(found[0].decode("ascii"))
+    return None
+
+
 class RequestContextMiddleware:
-    """Gives each request an id, echoed as `X-Request-Id` on whatever answers it."""
+    """Gives each request an id (its own `X-Request-ID` when well-formed), echoed as
+    `X-Request-Id` on whatever answers it and written in error bodies and access lines."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -61,7 +74,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = uuid.uuid4().hex
+        request_id = incoming_request_id(scope) or uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         token = REQUEST_ID.set(request_id)  # for the history of the changes this request makes
 

@@ -1,0 +1,117 @@
+"""One middleware sees every answer: it writes the access line and, when on, the metrics.
+
+It sits just inside `RequestContextMiddleware`, so it knows the request id and sees answers from
+every other layer (the in-flight cap, the body limit, access checks, routes). After the app has
+answered, `scope["route"]` names the route that served it (FastAPI sets it when it matches):
+its template is the only part of the path that is logged or labelled. A request no route
+matched is `unmatched`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mnemos.api.access import CALLER_STATE
+from mnemos.logs import ACCESS_LOGGER
+
+UNMATCHED = "unmatched"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""Methods labelled as they are; any other a client makes up is `OTHER` (bounded labels)."""
+access_log = logging.getLogger(ACCESS_LOGGER)
+
+
+def route_template(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else UNMATCHED
+
+
+def error_code(body: bytes) -> str | None:
+    """The `code` of an error body (`{"error": {"code": ...}}`), if it is one."""
+    try:
+        found = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    error = found.get("error") if isinstance(found, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
+
+
+class ObserveMiddleware:
+    def __init__(self, app: ASGIApp, metrics: bool):
+        self.app = app
+        self.metrics = None
+        if metrics:
+            from mnemos.api.metrics import metrics as process_metrics
+
+            self.metrics = process_metrics()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+        first_body: bytes | None = None
+
+        async def observed(message: Message) -> None:
+            nonlocal status, first_body
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif first_body is None and message["type"] == "http.response.body":
+                first_body = message.get("body", b"")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            seconds = time.perf_counter() - started
+            route = route_template(scope)
+            code = error_code(first_body or b"") if status >= 400 else None
+            if self.metrics is not None:
+                method = scope["method"] if scope["method"] in METHODS else "OTHER"
+                self._count(route, method, status, seconds, code)
+            if access_log.isEnabledFor(logging.INFO):
+                self._log(scope, route, status, seconds, code)
+
+    def _count(
+        self, route: str, method: str, status: int, seconds: float, code: str | None
+    ) -> None:
+        from mnemos.api.metrics import memory_write
+
+        found = self.metrics
+        assert found is not None
+        labels = (route, method, str(status))
+        found.requests.labels(*labels).inc()
+        found.latency.labels(*labels).observe(seconds)
+        if code is not None:
+            found.errors.labels(code).inc()
+            if status == 429:
+                found.rate_limited.labels(route).inc()
+        write = memory_write(route, method, status)
+        if write is not None:
+            found.memory_writes.labels(*write).inc()
+
+    def _log(self, scope: Scope, route: str, status: int, seconds: float, code: str | None) -> None:
+        state: dict[str, Any] = scope.get("state", {})
+        caller: str = state.get(CALLER_STATE, "")
+        kind, _, caller_id = caller.partition(":")
+        request_id = state.get("request_id", "")
+        fields = {
+            "request_id": request_id,
+            "method": scope["method"],
+            "route": route,
+            "status": status,
+            "duration_ms": round(seconds * 1000, 3),
+            "caller_kind": kind or "anonymous",
+            "caller_id": caller_id or None,
+        }
+        if code is not None:
+            fields["error_code"] = code
+        message = f"{scope['method']} {route} {status} {fields['duration_ms']}ms id={request_id}"
+        access_log.info(message, extra=fields)

@@ -1,0 +1,295 @@
+"""`mnemos export` / `mnemos import`: round trips across backends with the visibility world,
+refusals (non-empty target, newer format, cut file) and --merge.
+
+The source is the suite's database (each backend); the round trip goes to the other backend
+and back (SQLite → PostgreSQL → SQLite, or PostgreSQL → SQLite → PostgreSQL; SQLite only when
+no PostgreSQL is configured) and every actor must get the same answers at each stop, with the
+same keys and even the same cursors.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from mnemos.api.app import create_app
+from mnemos.config import Settings
+from mnemos.domain.search import index_text
+from mnemos.storage import migrate, open_store
+from mnemos.storage.base import Store
+from mnemos.storage.transfer import FORMAT_VERSION, TransferError, export_database
+from mnemos.storage.transfer_import import import_database
+from tests.api.test_visibility_world import AGENT, HUMAN, build
+from tests.conftest import POSTGRES_URL
+from tests.live.conftest import _database_for
+from tests.world import Actor, World, memory_body
+
+
+@contextmanager
+def fresh(backend: str, tmp: Path) -> Iterator[str]:
+    """A new, migrated database of `backend`, dropped afterwards."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    databases = _database_for(backend, tmp)
+    url = next(databases)
+    try:
+        migrate(Settings(database_url=url))
+        yield url
+    finally:
+        databases.close()
+
+
+@contextmanager
+def client_on(url: str) -> Iterator[TestClient]:
+    settings = Settings(database_url=url, sqlite_synchronous="NORMAL", rate_limit_per_minute=0)
+    store = open_store(settings)
+    try:
+        with TestClient(create_app(settings, store)) as client:
+            yield client
+    finally:
+        store.close()
+
+
+def pages(client: TestClient, url: str, headers: dict[str, str], **params: Any) -> list[Any]:
+    rows: list[Any] = []
+    cursor = None
+    while True:
+        query = {**params, "limit": 50, "status": "all", **({"cursor": cursor} if cursor else {})}
+        response = client.get(url, params=query, headers=headers)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        rows.append(body["data"])
+        cursor = body["meta"]["next_cursor"]
+        if cursor is None:
+            return rows
+
+
+def answers(
+    client: TestClient, people: list[Actor], agents: list[Actor], cursors: dict[str, str]
+) -> dict[str, Any]:
+    """What every actor gets from the lists, a search and a cursor issued by the source."""
+    found: dict[str, Any] = {}
+    for agent in agents:
+        found[f"agent {agent.id}"] = pages(client, AGENT, agent.headers)
+        found[f"search {agent.id}"] = pages(client, AGENT, agent.headers, content_query="subject")
+        if agent.organization_id:
+            found[f"org {agent.id}"] = pages(client, AGENT, agent.headers, memory_scope="org")
+        page = client.get(AGENT, params={"limit": 3}, headers=agent.headers).json()
+        cursor = cursors.setdefault(agent.id, page["meta"]["next_cursor"])
+        if cursor is not None:
+            second = client.get(AGENT, params={"limit": 3, "cursor": cursor}, headers=agent.headers)
+            assert second.status_code == 200, second.text
+            found[f"cursor {agent.id}"] = second.json()
+    for person in people:
+        found[f"human {person.id}"] = pages(client, HUMAN, person.headers, scope="all")
+        for path in ("/api/v1/me/profile", "/api/v1/me/agents"):
+            response = client.get(path, headers=person.headers)
+            assert response.status_code == 200, response.text
+            found[f"{path} {person.id}"] = response.json()
+    return found
+
+
+def dump(url: str) -> bytes:
+    out = io.BytesIO()
+    export_database(url, out)
+    return out.getvalue()
+
+
+def rows_of(export: bytes) -> list[bytes]:
+    """The row and trailer lines, sorted (text keys may sort differently per backend)."""
+    return sorted(export.splitlines()[1:])
+
+
+def test_round_trip_across_backends_keeps_every_answer_and_key(
+    client: TestClient, world: World, store: Store, database_url: str, tmp_path: Path
+) -> None:
+    people, agents, model = build(client, world)
+    org = uuid.UUID(people[0].organization_id or "")
+    store.create_tuya_project("tuya-client-1", "s" * 32, org)
+    store.bind_tuya_role(org, "94300123", uuid.UUID(agents[0].id))
+    cursors: dict[str, str] = {}
+    expected = answers(client, people, agents, cursors)
+    first = dump(database_url)
+
+    source = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    other = "sqlite" if source == "postgresql" else ("postgresql" if POSTGRES_URL else "sqlite")
+    with ExitStack() as stack:
+        there = stack.enter_context(fresh(other, tmp_path / "there"))
+        import_database(there, [*io.BytesIO(first)])
+        with client_on(there) as moved:
+            assert answers(moved, people, agents, cursors) == expected
+        second = dump(there)
+        back = stack.enter_context(fresh(source, tmp_path / "back"))
+        import_database(back, [*io.BytesIO(second)])
+        with client_on(back) as returned:
+            final = answers(returned, people, agents, cursors)
+            assert final == expected
+        for agent in agents:  # and they are what the reference model says
+            listed = {row["id"] for page in final[f"agent {agent.id}"] for row in page}
+            assert listed == model.agent_list(agent.id, "me", None, None)
+            if agent.organization_id:
+                listed = {row["id"] for page in final[f"org {agent.id}"] for row in page}
+                assert listed == model.agent_list(agent.id, "org", None, None)
+        assert rows_of(dump(back)) == rows_of(first)
+        # A new memory on each moved database gets its own row (key sequences moved too).
+        for url in (there, back):
+            with client_on(url) as moved:
+                response = moved.post(AGENT, json=memory_body("after"), headers=agents[0].headers)
+                assert response.status_code == 201, response.text
+
+
+def test_a_database_that_holds_data_is_refused_unless_merged(
+    client: TestClient, world: World, database_url: str, tmp_path: Path
+) -> None:
+    people, _, _ = build(client, world)
+    export = dump(database_url)
+    with pytest.raises(TransferError, match="not empty"):
+        import_database(database_url, [*io.BytesIO(export)])
+    summary = import_database(database_url, [*io.BytesIO(export)], merge=True)
+    as_json = summary.as_json()
+    assert as_json["rows"] == 0
+    assert as_json["skipped"] == len(export.splitlines()) - 2  # every row: all there already
+    assert rows_of(dump(database_url)) == rows_of(export)
+
+    # Merged into a database with other data: the new rows arrive, the existing are counted.
+    with fresh("sqlite", tmp_path / "other") as other:
+        with client_on(other) as other_client:
+            World(other_client.app.state.services.store).user("Someone", "elsewhere")
+        partial = _only(export, lambda line: b'"scope":"organization"' not in line)
+        import_database(other, [*io.BytesIO(partial)], merge=True)
+        summary = import_database(other, [*io.BytesIO(export)], merge=True)
+        memories = summary.as_json()["tables"]["memories"]
+        assert memories["rows"] > 0 and memories["skipped"] > 0
+        assert memories["rows"] + memories["skipped"] == export.count(b'"t":"memories"')
+        with client_on(other) as merged:
+            for person in people:
+                assert merged.get("/api/v1/me/profile", headers=person.headers).status_code == 200
+
+
+def _only(export: bytes, keep: Callable[[bytes], bool]) -> bytes:
+    """The export with only the rows `keep` keeps, and a trailer that counts them."""
+    lines = export.splitlines()
+    rows = [line for line in lines[1:-1] if keep(line)]
+    counts: dict[str, int] = {}
+    for line in rows:
+        table = orjson.loads(line)["t"]
+        counts[table] = counts.get(table, 0) + 1
+    trailer = orjson.dumps({"end": True, "rows": counts})
+    return b"\n".join([lines[0], *rows, trailer]) + b"\n"
+
+
+def test_a_file_of_a_newer_format_is_refused(database_url: str) -> None:
+    header = {"format": "mnemos-export", "version": FORMAT_VERSION + 1, "mnemos": "9.0"}
+    with pytest.raises(TransferError, match="newer than this Mnemos reads"):
+        import_database(database_url, [orjson.dumps(header) + b"\n", b'{"end":true,"rows":{}}\n'])
+    with pytest.raises(TransferError, match="Not a Mnemos export"):
+        import_database(database_url, [b"hello\n"])
+
+
+def test_a_cut_file_is_refused_and_leaves_nothing(
+    client: TestClient, world: World, database_url: str, tmp_path: Path
+) -> None:
+    build(client, world)
+    export = dump(database_url)
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "cut") as target:
+        for cut in (len(export) // 2, len(export) - 5, export.rindex(b"\n{") + 1):
+            with pytest.raises(TransferError, match="nothing imported"):
+                import_database(target, [*io.BytesIO(export[:cut])])
+            engine = sa.create_engine(target.replace("postgresql://", "postgresql+psycopg://"))
+            with engine.connect() as conn:
+                for table in ("organizations", "users", "memories", "api_keys"):
+                    count = conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar()
+                    assert count == 0, (cut, table)
+            engine.dispose()
+        import_database(target, [*io.BytesIO(export)])  # the whole file still goes in
+
+
+def test_a_column_or_table_this_version_does_not_know_is_refused(database_url: str) -> None:
+    header = orjson.dumps({"format": "mnemos-export", "version": FORMAT_VERSION}) + b"\n"
+    row = (
+        orjson.dumps(
+            {
+                "t": "organizations",
+                "r": {
+                    "id": str(uuid.uuid4()),
+                    "name": "x",
+                    "memory_enabled": True,
+                    "inserted_at": "2026-12-01T00:00:00+00:00",
+                    "shoe_size": 9,
+                },
+            }
+        )
+        + b"\n"
+    )
+    trailer = b'{"end":true,"rows":{"organizations":1}}\n'
+    with pytest.raises(TransferError, match="columns this Mnemos does not know"):
+        import_database(database_url, [header, row, trailer])
+    alien = b'{"t":"starships","r":{"id":1}}\n'
+    with pytest.raises(TransferError, match="which this Mnemos does not know"):
+        import_database(database_url, [header, alien, b'{"end":true,"rows":{"starships":1}}\n'])
+
+
+def test_fifty_thousand_memories_import_with_progress_and_a_summary(
+    client: TestClient, world: World, database_url: str, tmp_path: Path
+) -> None:
+    person = world.user("Ann", "acme")
+    agent = world.agent(person)
+    stored = client.post(AGENT, json=memory_body("template"), headers=agent.headers)
+    assert stored.status_code == 201, stored.text
+    lines = dump(database_url).splitlines()
+    template = next(orjson.loads(line) for line in lines if b'"t":"memories"' in line)
+    rows = [line for line in lines[1:-1] if b'"t":"memories"' not in line]
+    for n in range(50_000):
+        content = f"memory {n} about tea" + (" zebrafinch" if n == 31_337 else "")
+        memory = {**template["r"], "pk": n + 1, "id": str(uuid.uuid4()), "content": content}
+        memory["search_text"] = index_text(content)
+        rows.append(orjson.dumps({"t": "memories", "r": memory}))
+    file = tmp_path / "big.ndjson"
+    file.write_bytes(_only(b"\n".join([lines[0], *rows, lines[-1]]), lambda _: True))
+
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "big") as target:
+        done = subprocess.run(
+            [sys.executable, "-m", "mnemos", "import", str(file), "--progress"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "MNEMOS_DATABASE_URL": target},
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "100%" in done.stderr and "B/s" in done.stderr  # the bar, drawn to the end
+        summary = json.loads(done.stdout)
+        assert summary["tables"]["memories"] == {"rows": 50_000, "skipped": 0}
+        assert summary["ok"] and summary["rows_per_second"] > 0
+        with client_on(target) as moved:
+            found = moved.get(AGENT, params={"content_query": "zebrafinch"}, headers=agent.headers)
+            assert [row["content"] for row in found.json()["data"]] == [
+                "memory 31337 about tea zebrafinch"
+            ]
+            page = moved.get(AGENT, params={"limit": 100}, headers=agent.headers).json()
+            assert len(page["data"]) == 100 and page["meta"]["next_cursor"]
+        if backend == "sqlite":  # indexes and triggers set aside for the load are all back
+            assert _schema(target) == _schema(database_url)
+
+
+def _schema(url: str) -> list[tuple[str, str, str]]:
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
+        ).all()
+    engine.dispose()
+    return [tuple(row) for row in found]
