@@ -17,6 +17,7 @@ from mnemos.domain.ports import (
     Secrets,
     TuyaStore,
 )
+from mnemos.storage.replicas import ReplicaStatus
 
 __all__ = ["AccountStore", "KeyKind", "MemoryStore", "RoomStore", "Secrets", "Store", "TuyaStore"]
 
@@ -31,3 +32,13 @@ class Store(Secrets, MemoryStore, AccountStore, RoomStore, TuyaStore):
     @abc.abstractmethod
     def close(self) -> None:
         """Release every connection."""
+
+    @abc.abstractmethod
+    def act_for(self, tenant: str) -> None:
+        """The current request acts for `tenant` (an organization, or a person without one):
+        its reads see every write made for that tenant, in any process; its writes are made for
+        it. Called by authentication; a request that never calls it reads the primary."""
+
+    @abc.abstractmethod
+    def replica_status(self) -> list[ReplicaStatus]:
+        """What the last check of each read replica found (empty without replicas)."""

@@ -26,6 +26,7 @@ from mnemos.storage.base import Store
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
 from mnemos.storage.schema import UTCDateTime, idempotency_keys, memories
 from mnemos.storage.sql_accounts import AccountsSql
+from mnemos.storage.sql_base import replica_read
 from mnemos.storage.sql_conditions import (
     AUDIENCE_SQL,
     FILTER_SQL,
@@ -72,6 +73,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
             row = conn.execute(sa.select(keys.memory_id, keys.fingerprint).where(mine)).one()
         return row[0], row[1]
 
+    @replica_read
     def get_memory(self, memory_id: uuid.UUID) -> Memory | None:
         with self._read() as conn:
             row = conn.execute(sa.select(*MEMORY_COLUMNS).where(M.id == memory_id)).first()
@@ -148,6 +150,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
             self._remember(shape, statement)
         return statement, params
 
+    @replica_read
     def list_memories(
         self,
         query: MemoryQuery,
@@ -164,6 +167,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
         with self._read() as conn, self._bounded(conn, query):
             return [to_memory(row) for row in conn.execute(statement, params)]
 
+    @replica_read
     def rank_memories(
         self, query: MemoryQuery, *, limit: int, after: RankPosition | None = None
     ) -> Sequence[Ranked]:
@@ -215,6 +219,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, Store):
             sa.bindparam("limit", type_=sa.Integer())
         )
 
+    @replica_read
     def count_memories(self, query: MemoryQuery) -> int:
         if not query.audiences:
             return 0
