@@ -115,6 +115,14 @@ class Cluster:
             f"-p {self.port}",
         )
 
+    def running(self) -> bool:
+        done = subprocess.run(
+            _as_postgres([str(self.bin / "pg_ctl"), "status", "-D", str(self.data)]),
+            capture_output=True,
+            timeout=60,
+        )
+        return done.returncode == 0
+
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (`immediate` is a crash: no shutdown checkpoint)."""
         with suppress(RuntimeError, subprocess.TimeoutExpired):

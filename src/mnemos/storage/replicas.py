@@ -135,6 +135,7 @@ class ReplicaSet:
         self._history: deque[tuple[float, int]] = deque()  # (when, primary flush position)
         self._turn = itertools.count()
         self._checking = threading.Lock()
+        self._primary_answering = True
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="mnemos-replicas", daemon=True)
         self._thread.start()
@@ -154,8 +155,11 @@ class ReplicaSet:
                 with self.primary.connect() as conn:
                     flushed = int(conn.exec_driver_sql(_FLUSHED).scalar_one())
             except sa.exc.SQLAlchemyError as exc:  # judge nothing without the primary
-                log.warning("replica check: primary not answering: %s", _reason(exc))
+                if self._primary_answering:
+                    log.warning("replica checks: the primary is not answering: %s", _reason(exc))
+                self._primary_answering = False
                 return
+            self._primary_answering = True
             now = time.monotonic()
             self._history.append((now, flushed))
             while len(self._history) > 1 and self._history[0][0] < now - 2 * self.max_lag - 1:
