@@ -192,7 +192,9 @@ def wait_until_streaming(primary: Cluster, timeout: float = 60) -> None:
 
 def _reap_orphans() -> None:
     """Stop and remove the clusters of test runs that were killed before they could."""
-    for owner in Path(tempfile.gettempdir()).glob("mnemos-p*-*/owner.pid"):
+    temp = Path(tempfile.gettempdir())
+    owners = [*temp.glob("mnemos-primary-*/owner.pid"), *temp.glob("mnemos-replica-*/owner.pid")]
+    for owner in owners:
         try:
             os.kill(int(owner.read_text()), 0)
             continue  # its run is still going
