@@ -313,8 +313,8 @@ def test_a_replica_that_stops_inside_a_snapshot_fails_no_request(
 @contextmanager
 def frozen_checks(store: Store) -> Iterator[None]:
     """Hold off the background checks, so that a request is the first to meet a dead replica."""
-    replicas = store._replicas  # type: ignore[attr-defined]  # noqa: SLF001
-    with replicas._checking:  # noqa: SLF001
+    replicas = store._replicas  # type: ignore[attr-defined]
+    with replicas._checking:
         yield
 
 
