@@ -3,13 +3,21 @@
 SQLite always runs (a fresh file per test, copied from a migrated template). PostgreSQL runs
 when `MNEMOS_TEST_POSTGRES_URL` names a database (CI creates a fresh one per run): it is
 migrated once and emptied between tests.
+
+`MNEMOS_TEST_REPLICA=1` runs the PostgreSQL side on a throwaway primary with a streaming read
+replica instead (`tests/pgcluster.py`), every store reading from the replica where it may.
+`MNEMOS_TEST_REPLICA=paused` pauses the replica's replay as each test starts: whatever a test
+reads from it is then stale, so the suite passes only if every read that must see a write
+(read-your-writes, `mnemos.storage.replicas`) goes to the primary.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 # Imported up front: on CPython 3.11.7 the hypothesis plugin's late import at the end of a
@@ -25,10 +33,18 @@ from mnemos.storage import migrate, open_store
 from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import metadata
+from tests.pgcluster import (
+    Cluster,
+    postgres_bin,
+    replica_pair,
+    replica_scans,
+    wait_for_replay,
+)
 from tests.world import World
 
 POSTGRES_URL = os.environ.get("MNEMOS_TEST_POSTGRES_URL", "")
-BACKENDS = ["sqlite"] + (["postgresql"] if POSTGRES_URL else [])
+REPLICA_MODE = os.environ.get("MNEMOS_TEST_REPLICA", "")
+BACKENDS = ["sqlite"] + (["postgresql"] if POSTGRES_URL or REPLICA_MODE else [])
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +55,43 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def postgres_ready() -> str:
+def postgres_ready(request: pytest.FixtureRequest) -> str:
+    if REPLICA_MODE:
+        pair: Replicated = request.getfixturevalue("replicated")
+        return pair.urls()[0]
     migrate(Settings(database_url=POSTGRES_URL))
     return POSTGRES_URL
+
+
+@dataclass
+class Replicated:
+    """A migrated database on a throwaway primary, and a streaming replica of it."""
+
+    primary: Cluster
+    replica: Cluster
+    database: str = "mnemos"
+
+    def urls(self) -> tuple[str, str]:
+        return self.primary.url(self.database), self.replica.url(self.database)
+
+
+@pytest.fixture(scope="session")
+def replicated() -> Iterator[Replicated]:
+    if postgres_bin() is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl, pg_basebackup) not installed")
+    with replica_pair() as (primary, replica):
+        pair = Replicated(primary, replica)
+        primary.sql(f"CREATE DATABASE {pair.database}")
+        migrate(Settings(database_url=pair.urls()[0]))
+        before = replica_scans(replica)
+        yield pair
+        if REPLICA_MODE == "paused":
+            return
+        # Every store is closed by now: their replica sessions report their reads as they end.
+        deadline = time.monotonic() + 30
+        while replica_scans(replica) <= before:
+            assert time.monotonic() < deadline, "no read was served by the replica"
+            time.sleep(0.2)
 
 
 def _empty_postgres(url: str) -> None:
@@ -65,22 +115,48 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def settings(database_url: str) -> Settings:
-    # No embedder unless a test asks for one (tests/test_recall.py): the local model and its
-    # background worker would only slow the other tests down.
-    return Settings(
+def settings(request: pytest.FixtureRequest, database_url: str) -> Settings:
+    given = Settings(
         database_url=database_url,
         sqlite_synchronous="NORMAL",
         rate_limit_per_minute=0,
         embedder="none",
     )
+    if REPLICA_MODE and not database_url.startswith("sqlite"):
+        replica_url = request.getfixturevalue("replicated").urls()[1]
+        # Paused, the replica must stay in rotation however far behind it falls.
+        lag = 3600.0 if REPLICA_MODE == "paused" else given.replica_max_lag_seconds
+        given = given.model_copy(
+            update={"database_replica_urls": replica_url, "replica_max_lag_seconds": lag}
+        )
+    return given
 
 
 @pytest.fixture
-def store(settings: Settings) -> Iterator[Store]:
+def store(request: pytest.FixtureRequest, settings: Settings) -> Iterator[Store]:
+    if not settings.replica_urls():
+        opened = open_store(settings)
+        yield opened
+        opened.close()
+        return
+    pair: Replicated = request.getfixturevalue("replicated")
+    if REPLICA_MODE == "paused":
+        pair.replica.sql("SELECT pg_wal_replay_resume()")
+    wait_for_replay(pair.primary, pair.replica)
     opened = open_store(settings)
+    wait_for_rotation(opened)
+    if REPLICA_MODE == "paused":  # the replica keeps the state this test starts from
+        pair.replica.sql("SELECT pg_wal_replay_pause()")
     yield opened
     opened.close()
+
+
+def wait_for_rotation(store: Store, timeout: float = 60) -> None:
+    """Wait until every replica is in rotation (a condition, not a timing check)."""
+    deadline = time.monotonic() + timeout
+    while not all(state.in_rotation for state in store.replica_status()):
+        assert time.monotonic() < deadline, store.replica_status()
+        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from mnemos.domain import accounts
 from mnemos.domain.tuya_auth import new_project_credentials
 from mnemos.domain.values import check_text
 from mnemos.errors import MnemosError, NotFound
+from mnemos.storage import check_settings, open_store
 from mnemos.storage import migrate as run_migrations
-from mnemos.storage import open_store
 from mnemos.storage.base import Store
 
 if TYPE_CHECKING:
@@ -86,6 +86,10 @@ def serve(
         )
     settings = load_settings(database_url=database_url)
     log_level = log_level or settings.log_level
+    try:
+        check_settings(settings)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     run_migrations(settings)
     # Worker processes build their own settings from the environment: hand them the URL.
     os.environ["MNEMOS_DATABASE_URL"] = settings.resolved_database_url()

@@ -25,6 +25,13 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MNEMOS_", extra="ignore")
 
     database_url: str = ""
+    # Read replicas of a PostgreSQL `database_url` (streaming standbys), comma-separated: lists,
+    # gets and searches go to one that is in rotation, everything else to the primary (see
+    # docs/deploying.md, "Read replicas"). SQLite refuses them.
+    database_replica_urls: str = Field(default="", repr=False)
+    # A replica more than this many seconds behind the primary, or not answering, is taken out
+    # of rotation until it catches up (checked in the background, 4 times per bound).
+    replica_max_lag_seconds: float = Field(default=1.0, gt=0, le=3600)
     data_dir: Path = Field(default_factory=default_data_dir)
     max_body_bytes: int = Field(default=MIB, ge=1024)
     max_content_chars: int = Field(default=10_000, ge=1)
@@ -133,6 +140,10 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir / 'mnemos.db'}"
+
+    def replica_urls(self) -> list[str]:
+        """`database_replica_urls` as a list (blank entries dropped)."""
+        return [url.strip() for url in self.database_replica_urls.split(",") if url.strip()]
 
     def resolved_worker_threads(self) -> int:
         """Measured on this project's benchmark (BENCHMARKS.md, docs/decisions.md):

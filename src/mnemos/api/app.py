@@ -190,12 +190,17 @@ def create_app(
 
     @app.get("/healthz", tags=["Operations"], summary="Health check")
     def healthz(svc: Services = Depends(services)) -> JSONResponse:
-        """200 when the database answers, 503 otherwise."""
+        """200 when the database answers, 503 otherwise; with read replicas, how many are
+        configured and how many are in rotation (reads fall back to the primary)."""
         try:
             svc.store.ping()
         except StorageUnavailable:
             return JSONResponse({"status": "unavailable"}, status_code=503)
-        return JSONResponse({"status": "ok"})
+        body: dict[str, object] = {"status": "ok"}
+        if replicas := svc.store.replica_status():
+            in_rotation = sum(state.in_rotation for state in replicas)
+            body["replicas"] = {"configured": len(replicas), "in_rotation": in_rotation}
+        return JSONResponse(body)
 
     return app
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from fastapi import Depends, Request
@@ -82,13 +83,21 @@ def user_identity(ctx: UserContext) -> str:
     return f"user:{ctx.user.id}"
 
 
+def tenant(organization_id: uuid.UUID | None, person_id: uuid.UUID) -> str:
+    """Whose writes a caller's reads must see (`Store.act_for`): its organization's, or, for a
+    person without one and that person's agents, the person's."""
+    return f"org:{organization_id}" if organization_id else f"user:{person_id}"
+
+
 async def agent_caller(
     request: Request,
     key: str | None = Depends(api_key_header),
     svc: Services = Depends(services),
 ) -> AgentContext:
     """The agent whose key is in `X-API-Key`; person keys are refused here."""
-    return await authenticate(request, lambda: _agent(svc, key), agent_identity)
+    ctx = await authenticate(request, lambda: _agent(svc, key), agent_identity)
+    svc.store.act_for(tenant(ctx.organization_id, ctx.owner.id))
+    return ctx
 
 
 async def user_caller(
@@ -99,7 +108,9 @@ async def user_caller(
 ) -> UserContext:
     """The person behind `X-API-Key` or `Authorization: Bearer <JWT>`; agent keys are refused."""
     credentials = token.credentials if token is not None else None
-    return await authenticate(request, lambda: person_of(svc, key, credentials), user_identity)
+    ctx = await authenticate(request, lambda: person_of(svc, key, credentials), user_identity)
+    svc.store.act_for(tenant(ctx.organization_id, ctx.user.id))
+    return ctx
 
 
 def any_credential(svc: Services, key: str | None, token: str | None) -> AgentContext | UserContext:
@@ -122,4 +133,9 @@ async def any_caller(request: Request, svc: Services) -> AgentContext | UserCont
     def identity(ctx: AgentContext | UserContext) -> str:
         return agent_identity(ctx) if isinstance(ctx, AgentContext) else user_identity(ctx)
 
-    return await authenticate(request, lambda: any_credential(svc, key, credentials), identity)
+    ctx = await authenticate(request, lambda: any_credential(svc, key, credentials), identity)
+    if isinstance(ctx, AgentContext):
+        svc.store.act_for(tenant(ctx.organization_id, ctx.owner.id))
+    else:
+        svc.store.act_for(tenant(ctx.organization_id, ctx.user.id))
+    return ctx

@@ -18,7 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
 from mnemos.api.access import authenticate
-from mnemos.api.deps import Services, services
+from mnemos.api.deps import Services, services, tenant
 from mnemos.api.responses import JSONResponse
 from mnemos.api.routing import MnemosRoute
 from mnemos.domain.tuya import TuyaMemories
@@ -94,9 +94,11 @@ async def _authenticated(
 async def caller(
     request: Request, signature: SignedRequest = Depends(signed), svc: Services = Depends(services)
 ) -> TuyaCaller:
-    return await _authenticated(
+    who = await _authenticated(
         request, lambda: svc.tuya_auth.caller(signature), lambda who: _project(who.client_id)
     )
+    svc.store.act_for(tenant(who.organization_id, who.organization_id))
+    return who
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,16 @@ from sqlalchemy.engine import make_url
 from mnemos.config import Settings
 from mnemos.storage.base import Store
 
-__all__ = ["BACKENDS", "Backend", "Store", "alembic_config", "backend", "migrate", "open_store"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "Store",
+    "alembic_config",
+    "backend",
+    "check_settings",
+    "migrate",
+    "open_store",
+]
 
 
 def _open_sqlite(url: str, settings: Settings) -> Store:
@@ -32,7 +41,11 @@ def _open_postgres(url: str, settings: Settings) -> Store:
     from mnemos.storage.postgres import PostgresStore
 
     return PostgresStore(
-        url, pool_size=settings.db_pool_size, search_budget_ms=settings.search_budget_ms
+        url,
+        pool_size=settings.db_pool_size,
+        search_budget_ms=settings.search_budget_ms,
+        replica_urls=settings.replica_urls(),
+        replica_max_lag=settings.replica_max_lag_seconds,
     )
 
 
@@ -68,10 +81,14 @@ class Backend:
     """Run before migrating."""
     migration_url: Callable[[str], str] = _as_given
     """The URL SQLAlchemy (and so Alembic) needs for a URL as users write it."""
+    replicas: bool = False
+    """Whether it can read from replicas (`MNEMOS_DATABASE_REPLICA_URLS`)."""
 
 
 SQLITE = Backend(open=_open_sqlite, worker_threads=2, prepare=_sqlite_directory)
-POSTGRES = Backend(open=_open_postgres, worker_threads=1, migration_url=_postgres_driver_url)
+POSTGRES = Backend(
+    open=_open_postgres, worker_threads=1, migration_url=_postgres_driver_url, replicas=True
+)
 
 BACKENDS: dict[str, Backend] = {
     "sqlite": SQLITE,
@@ -90,8 +107,23 @@ def backend(url: str) -> Backend:
     return BACKENDS[scheme]
 
 
+def check_settings(settings: Settings) -> None:
+    """Refuse settings the chosen backend cannot honour (`ValueError`, saying why)."""
+    url = settings.resolved_database_url()
+    if settings.replica_urls():
+        if not backend(url).replicas:
+            raise ValueError(
+                "MNEMOS_DATABASE_REPLICA_URLS needs a PostgreSQL MNEMOS_DATABASE_URL "
+                f"({url.partition(':')[0]} has no read replicas)"
+            )
+        for replica in settings.replica_urls():
+            if backend(replica) is not backend(url):
+                raise ValueError("every MNEMOS_DATABASE_REPLICA_URLS entry must be postgresql://")
+
+
 def open_store(settings: Settings) -> Store:
     """The store for `settings.database_url` (the SQLite default when unset)."""
+    check_settings(settings)
     url = settings.resolved_database_url()
     return backend(url).open(url, settings)
 

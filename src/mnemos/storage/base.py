@@ -19,6 +19,7 @@ from mnemos.domain.ports import (
     TuyaStore,
     VectorStore,
 )
+from mnemos.storage.replicas import ReplicaStatus
 
 __all__ = [
     "AccountStore",
@@ -43,3 +44,13 @@ class Store(Secrets, MemoryStore, AccountStore, RoomStore, TuyaStore, VectorStor
     @abc.abstractmethod
     def close(self) -> None:
         """Release every connection."""
+
+    @abc.abstractmethod
+    def act_for(self, tenant: str) -> None:
+        """The current request acts for `tenant` (an organization, or a person without one):
+        its reads see every write made for that tenant, in any process; its writes are made for
+        it. Called by authentication; a request that never calls it reads the primary."""
+
+    @abc.abstractmethod
+    def replica_status(self) -> list[ReplicaStatus]:
+        """What the last check of each read replica found (empty without replicas)."""

@@ -11,19 +11,20 @@ import bisect
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert
 
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive
+from mnemos.storage.replicas import replica_set
 from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
 from mnemos.storage.search_plan import TermStats
@@ -98,6 +99,24 @@ def lexeme_stats(elems: list[str] | None, freqs: list[float] | None, rows: float
     )
 
 
+REPLICA_CONNECT_TIMEOUT_S = 2  # a replica that does not answer costs a read this much, once
+PROBE_TIMEOUT_MS = 2_000
+
+
+def _engine(url: str, pool_size: int, **connect_args: Any) -> Engine:
+    # No statement may hold a connection for long; a stuck query becomes a 503.
+    options = f"-c statement_timeout={connect_args.pop('statement_timeout', STATEMENT_TIMEOUT_MS)}"
+    return sa.create_engine(
+        driver_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_timeout=10,
+        json_deserializer=read_json,
+        connect_args={"options": options, **connect_args},
+    )
+
+
 def _search_column() -> sa.ColumnElement[Any]:
     return sa.literal_column("memories.search")
 
@@ -112,18 +131,15 @@ class PostgresStore(SqlStore):
     """Many stateless Mnemos processes can share one of these."""
 
     def __init__(
-        self, url: str, *, pool_size: int = 8, search_budget_ms: int = DEFAULT_SEARCH_BUDGET_MS
+        self,
+        url: str,
+        *,
+        pool_size: int = 8,
+        search_budget_ms: int = DEFAULT_SEARCH_BUDGET_MS,
+        replica_urls: Sequence[str] = (),
+        replica_max_lag: float = 1.0,
     ):
-        engine = sa.create_engine(
-            driver_url(url),
-            pool_size=pool_size,
-            max_overflow=pool_size,
-            pool_pre_ping=True,
-            pool_timeout=10,
-            json_deserializer=read_json,
-            # No statement may hold a connection for long; a stuck query becomes a 503.
-            connect_args={"options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"},
-        )
+        engine = _engine(url, pool_size)
         # Reads run in autocommit: under READ COMMITTED every statement takes its own snapshot
         # anyway, and a read then costs one round trip instead of BEGIN, SELECT and ROLLBACK.
         # A `snapshot()` is one REPEATABLE READ transaction: one state for all its reads.
@@ -149,6 +165,19 @@ class PostgresStore(SqlStore):
             snapshot_engine=snapshots,
             search_budget_ms=search_budget_ms,
         )
+        if replica_urls:
+
+            def replica_engine(replica_url: str, probe: bool) -> Engine:
+                if probe:
+                    return _engine(
+                        replica_url,
+                        1,
+                        connect_timeout=REPLICA_CONNECT_TIMEOUT_S,
+                        statement_timeout=PROBE_TIMEOUT_MS,
+                    )
+                return _engine(replica_url, pool_size, connect_timeout=REPLICA_CONNECT_TIMEOUT_S)
+
+            self._replicas = replica_set(engine, replica_urls, replica_max_lag, replica_engine)
 
     def _search_clause(self, param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
         # The query text goes into the SQL as a literal (it holds only normalized words and

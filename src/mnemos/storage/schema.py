@@ -189,6 +189,17 @@ server_secrets = sa.Table(
     sa.Column("value", sa.LargeBinary(), nullable=False),
 )
 
+# Read replicas (PostgreSQL): the primary's WAL position after each tenant's latest write, which
+# that tenant's reads must see (`mnemos.storage.replicas`). Unlogged there (migration 0009): no
+# WAL, no fsync, not replicated (only the primary reads it). A crash of the primary empties it;
+# replicas in rotation still hold everything older than the lag bound (docs/decisions.md).
+write_marks = sa.Table(
+    "write_marks",
+    metadata,
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("lsn", sa.BigInteger(), nullable=False),
+)
+
 tuya_projects = sa.Table(
     "tuya_projects",
     metadata,

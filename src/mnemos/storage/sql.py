@@ -29,6 +29,7 @@ from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
 from mnemos.storage.schema import UTCDateTime, idempotency_keys, memories
 from mnemos.storage.search_plan import WALK_MAX_AUDIENCES, WALK_ROWS, SearchPlan, plan_search
 from mnemos.storage.sql_accounts import AccountsSql
+from mnemos.storage.sql_base import replica_read
 from mnemos.storage.sql_conditions import (
     AUDIENCE_SQL,
     FILTER_SQL,
@@ -86,6 +87,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             row = conn.execute(sa.select(keys.memory_id, keys.fingerprint).where(mine)).one()
         return row[0], row[1]
 
+    @replica_read
     def get_memory(self, memory_id: uuid.UUID) -> Memory | None:
         with self._read() as conn:
             row = conn.execute(sa.select(*MEMORY_COLUMNS).where(M.id == memory_id)).first()
@@ -183,6 +185,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             self._remember(shape, statement)
         return statement, params
 
+    @replica_read
     def list_memories(
         self,
         query: MemoryQuery,
@@ -282,6 +285,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             self._remember(shape, statement)
         return statement
 
+    @replica_read
     def rank_memories(
         self, query: MemoryQuery, *, limit: int, after: RankPosition | None = None
     ) -> Sequence[Ranked]:
@@ -354,6 +358,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             self._remember(shape, statement)
         return statement, params
 
+    @replica_read
     def count_memories(self, query: MemoryQuery) -> int:
         if not query.audiences:
             return 0

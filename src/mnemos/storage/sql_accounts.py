@@ -32,7 +32,7 @@ from mnemos.storage.schema import (
     organizations,
     users,
 )
-from mnemos.storage.sql_base import SqlBase
+from mnemos.storage.sql_base import SqlBase, replica_read
 
 
 def _live_key(kind: KeyKind) -> sa.ColumnElement[bool]:
@@ -200,6 +200,7 @@ class AccountsSql(SqlBase):
 
     # --- memories --------------------------------------------------------------------------
 
+    @replica_read
     def agents_of(self, owner_id: uuid.UUID) -> list[Agent]:
         with self._read() as conn:
             return [to_agent(row) for row in conn.execute(_AGENTS_OF, {"owner_id": owner_id})]
@@ -230,6 +231,7 @@ class AccountsSql(SqlBase):
             )
             conn.execute(agents.delete().where(agents.c.id == agent_id))
 
+    @replica_read
     def users_by_ids(self, ids: Iterable[uuid.UUID]) -> list[User]:
         wanted = list(set(ids))
         if not wanted:
@@ -237,6 +239,7 @@ class AccountsSql(SqlBase):
         with self._read() as conn:
             return [to_user(row) for row in conn.execute(_USERS_BY_IDS, {"ids": wanted})]
 
+    @replica_read
     def agents_by_ids(self, ids: Iterable[uuid.UUID]) -> list[tuple[Agent, uuid.UUID | None]]:
         wanted = list(set(ids))
         if not wanted:

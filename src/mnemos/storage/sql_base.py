@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import threading
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -18,11 +21,45 @@ from mnemos.domain.models import ChangedBy, HistoryEvent
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.errors import InsufficientStorage, StorageUnavailable
+from mnemos.storage import replicas as replication
 from mnemos.storage.history_rows import history_row, record
+from mnemos.storage.replicas import Replica, ReplicaFailed, ReplicaSet, ReplicaStatus
 from mnemos.storage.schema import memories, server_secrets
 from mnemos.storage.search_plan import TermStats
 
 DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
+R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def replica_read(method: F) -> F:
+    """A read that may run on a replica (PostgreSQL with replicas configured): alone, on one in
+    rotation that has the caller's writes; inside a `snapshot()`, on the snapshot's connection.
+    When the replica fails it, the read runs again on the primary."""
+
+    @functools.wraps(method)
+    def routed(self: SqlBase, *args: Any, **kwargs: Any) -> Any:
+        return self._routed(lambda: method(self, *args, **kwargs))
+
+    return cast(F, routed)
+
+
+@dataclass
+class _Pin:
+    """The one transaction every read of a `snapshot()` shares (on a replica, or the primary)."""
+
+    conn: Connection
+    replica: Replica | None
+    stack: ExitStack = field(repr=False)
+
+    def close(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.replica is None:
+            self.stack.__exit__(kind, exc, tb)
+            return
+        with suppress(Exception):  # a read-only transaction: nothing to lose on a dead replica
+            self.stack.__exit__(kind, exc, tb)
 
 
 def driver_connection(conn: Connection) -> Any:
@@ -49,7 +86,9 @@ class SqlBase(abc.ABC):
         self._write_engine = write_engine
         self._snapshot_engine = snapshot_engine or read_engine
         self._statements: dict[tuple[Any, ...], Any] = {}  # list SELECTs by query shape
-        self._pinned = threading.local()  # the read connection of a `snapshot()`, per thread
+        self._pinned = threading.local()  # `.pin`: the transaction of a `snapshot()`, per thread
+        self._route = threading.local()  # `.replica`: where this thread's `replica_read` runs
+        self._replicas: ReplicaSet | None = None  # set by a backend that has replicas
 
     # --- dialect hooks ---------------------------------------------------------------------
 
@@ -99,10 +138,15 @@ class SqlBase(abc.ABC):
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        pinned: Connection | None = getattr(self._pinned, "conn", None)
-        if pinned is not None:
-            with self._guard():
-                yield pinned
+        pin: _Pin | None = getattr(self._pinned, "pin", None)
+        if pin is not None:
+            with self._guard(), _replica_errors(pin.replica):
+                yield pin.conn
+            return
+        replica: Replica | None = getattr(self._route, "replica", None)
+        if replica is not None:
+            with self._guard(), _replica_errors(replica), replica.reads.connect() as conn:
+                yield conn
             return
         with self._guard(), self._open_read() as conn:
             yield conn
@@ -113,20 +157,90 @@ class SqlBase(abc.ABC):
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
-        if getattr(self._pinned, "conn", None) is not None:
+        if getattr(self._pinned, "pin", None) is not None:
             yield
             return
-        with self._guard(), self._snapshot_engine.begin() as conn:
-            self._pinned.conn = conn
+        with self._guard():
+            self._pinned.pin = self._pin(self._choose_replica())
             try:
                 yield
-            finally:
-                self._pinned.conn = None
+            except BaseException as exc:
+                self._unpin(type(exc), exc, exc.__traceback__)
+                raise
+            self._unpin(None, None, None)
+
+    def _unpin(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        pin: _Pin = self._pinned.pin  # the current one: a failed replica's was replaced
+        self._pinned.pin = None
+        pin.close(kind, exc, tb)
+
+    def _pin(self, replica: Replica | None) -> _Pin:
+        """Begin a snapshot's transaction on `replica`, or on the primary if None (or if the
+        replica fails to begin one)."""
+        stack = ExitStack()
+        if replica is not None:
+            try:
+                with _replica_errors(replica):
+                    return _Pin(stack.enter_context(replica.snapshots.begin()), replica, stack)
+            except ReplicaFailed as failed:
+                failed.replica.fail(failed.reason)
+        return _Pin(stack.enter_context(self._snapshot_engine.begin()), None, stack)
+
+    # --- replicas --------------------------------------------------------------------------
+
+    def act_for(self, tenant: str) -> None:
+        replication.act_for(tenant)
+
+    def replica_status(self) -> list[ReplicaStatus]:
+        return self._replicas.status() if self._replicas is not None else []
+
+    def _choose_replica(self) -> Replica | None:
+        if self._replicas is None:
+            return None
+        with self._guard():  # the caller's mark is read on the primary
+            return self._replicas.choose(replication.current())
+
+    def _routed(self, run: Callable[[], R]) -> R:
+        """Run a `replica_read` where it belongs; on the primary again if a replica fails it."""
+        if self._replicas is None or getattr(self._route, "replica", None) is not None:
+            return run()  # no replicas, or already routed by an enclosing read
+        pin: _Pin | None = getattr(self._pinned, "pin", None)
+        if pin is not None:
+            if pin.replica is None:
+                return run()
+            try:
+                return run()
+            except ReplicaFailed as failed:
+                failed.replica.fail(failed.reason)
+            # The rest of the snapshot reads the primary: a page and its total may then come
+            # from two states, once, when a replica dies in between (rather than a 503).
+            pin.close(None, None, None)
+            with self._guard():
+                self._pinned.pin = self._pin(None)
+            return run()
+        replica = self._choose_replica()
+        if replica is None:
+            return run()
+        self._route.replica = replica
+        try:
+            return run()
+        except ReplicaFailed as failed:
+            failed.replica.fail(failed.reason)
+        finally:
+            self._route.replica = None
+        return run()
 
     @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        with self._guard(), self._write_engine.begin() as conn:
-            yield conn
+    def _write(self, *, mark: bool = True) -> Iterator[Connection]:
+        """A write transaction on the primary. With replicas, a committed write then moves its
+        tenant's mark (`mark=False`: tables that only the primary reads, written on hot paths)."""
+        with self._guard(), self._write_engine.connect() as conn:
+            with conn.begin():
+                yield conn
+            if mark and self._replicas is not None:
+                self._replicas.written(conn)
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -170,11 +284,13 @@ class SqlBase(abc.ABC):
             conn.execute(sa.text("SELECT 1"))
 
     def close(self) -> None:
+        if self._replicas is not None:
+            self._replicas.close()
         self._read_engine.dispose()
         self._write_engine.dispose()
 
     def secret(self, name: str) -> bytes:
-        with self._write() as conn:
+        with self._write(mark=False) as conn:
             conn.execute(
                 self._insert_ignore(server_secrets).values(name=name, value=os.urandom(32))
             )
@@ -184,3 +300,22 @@ class SqlBase(abc.ABC):
         return bytes(value)
 
     # --- accounts --------------------------------------------------------------------------
+
+
+@contextmanager
+def _replica_errors(replica: Replica | None) -> Iterator[None]:
+    """A database error on a replica becomes `ReplicaFailed` (to be read again on the primary),
+    except a statement stopped by its time limit, which would fail there too."""
+    if replica is None:
+        yield
+        return
+    try:
+        yield
+    except sa.exc.DBAPIError as exc:
+        if _timed_out(exc):
+            raise
+        raise ReplicaFailed(replica, str(exc.orig)[:200]) from exc
+
+
+def _timed_out(exc: sa.exc.DBAPIError) -> bool:
+    return getattr(exc.orig, "sqlstate", None) == "57014"  # query_canceled: statement_timeout

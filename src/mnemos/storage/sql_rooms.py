@@ -18,7 +18,7 @@ from mnemos.domain.models import (
 )
 from mnemos.errors import Conflict
 from mnemos.storage.schema import agents, chat_participants, chat_rooms, users
-from mnemos.storage.sql_base import SqlBase
+from mnemos.storage.sql_base import SqlBase, replica_read
 
 P = chat_participants.c
 
@@ -71,6 +71,7 @@ class RoomsSql(SqlBase):
             row = conn.execute(chat_rooms.select().where(chat_rooms.c.id == room_id)).first()
         return to_room(row) if row else None
 
+    @replica_read
     def rooms_by_ids(self, ids: list[uuid.UUID]) -> list[ChatRoom]:
         if not ids:
             return []
@@ -105,6 +106,7 @@ class RoomsSql(SqlBase):
         with self._read() as conn:
             return {row[0] for row in conn.execute(_MEMBER_ROOMS, params)}
 
+    @replica_read
     def member_room_ids(self, member_id: uuid.UUID, limit: int) -> list[uuid.UUID]:
         params = {"member_id": member_id, "limit": limit}
         with self._read() as conn:

@@ -61,7 +61,7 @@ class TuyaSql(SqlBase):
         replaces: uuid.UUID | None = None,
     ) -> None:
         """Store a pair of token hashes (`{"access": (hash, expiry), "refresh": ...}`)."""
-        with self._write() as conn:
+        with self._write(mark=False) as conn:
             if replaces is not None:
                 conn.execute(tuya_tokens.delete().where(T.pair_id == replaces))
             conn.execute(tuya_tokens.delete().where(T.expires_at < utcnow()))
@@ -229,7 +229,7 @@ class TuyaSql(SqlBase):
             .limit(SIGNATURES_CLEANED)
             .with_for_update(skip_locked=True)
         )
-        with self._write() as conn:
+        with self._write(mark=False) as conn:
             conn.execute(table.delete().where(table.c.digest.in_(expired)))
             inserted = conn.execute(
                 self._insert_ignore(table)

@@ -236,7 +236,7 @@ class SqliteStore(SqlStore):
         )
 
     @contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def _write(self, *, mark: bool = True) -> Iterator[Connection]:  # noqa: ARG002 - no replicas
         # Writers of this process take turns on the one writer connection and share COMMITs.
         with self._guard(), self._writes.write() as conn:
             yield conn

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010_vectors"
-down_revision = "0008"
+down_revision = "0009_write_marks"
 branch_labels = None
 depends_on = None
 

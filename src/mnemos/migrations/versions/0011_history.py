@@ -13,7 +13,7 @@ from alembic import op
 from mnemos.storage.schema import PK, UTCDateTime
 
 revision = "0011_history"
-down_revision = "0008"
+down_revision = "0010_vectors"
 branch_labels = None
 depends_on = None
 
