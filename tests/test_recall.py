@@ -475,3 +475,76 @@ def test_mnemos_reindex_embeds_what_waits_and_is_resumable(tmp_path: Any) -> Non
     assert opened.vector_backlog() == 0
     assert reindex() == {**first, "queued": 0, "embedded": 0}  # nothing left to do
     opened.close()
+
+
+def test_erasure_leaves_no_vector_behind(
+    store: Store, embedder: Embedder, acme: dict[str, Actor]
+) -> None:
+    """An erasure deletes the person's vectors and rewrites every sealed chunk (agent,
+    organization, subject) that held one, in its own transaction: no copy is left to sweep."""
+    import uuid as uuid_module
+
+    import sqlalchemy as sa
+
+    from mnemos.domain.history import by_operator
+    from mnemos.domain.ids import utcnow, uuid7
+    from mnemos.domain.models import (
+        Erasure,
+        Memory,
+        MemoryType,
+        Scope,
+        Segment,
+        Status,
+        System,
+    )
+    from mnemos.storage.schema import memories, memory_vectors, vector_chunks
+    from mnemos.storage.sql_vectors import CHUNK_ROWS
+
+    writer = acme["writer"]
+    ann, bob = uuid_module.UUID(acme["ann"].id), uuid_module.UUID(acme["bob"].id)
+    org = uuid_module.UUID(writer.organization_id or "")
+    now = utcnow()
+
+    def about(person: uuid_module.UUID, count: int) -> list[Memory]:
+        return [
+            Memory(
+                id=uuid7(),
+                content=f"note {i} on where {person.hex[:6]} likes to sit",
+                thought="t",
+                system=System.LONG_TERM,
+                type=MemoryType.SEMANTIC,
+                segment=Segment.USER,
+                scope=Scope.SUBJECT,
+                subject_id=person,
+                organization_id=org,
+                source_agent_id=uuid_module.UUID(writer.id),
+                chat_room_id=None,
+                metadata={},
+                status=Status.ACTIVE,
+                inserted_at=now,
+                updated_at=now,
+            )
+            for i in range(count)
+        ]
+
+    erased, kept = about(ann, CHUNK_ROWS + 3), about(bob, 40)
+    store.replace_memories([*erased[:100], *kept, *erased[100:]], [], now)
+    drain(store, embedder)
+    with store._read() as conn:  # type: ignore[attr-defined]
+        pk_of = dict(conn.execute(sa.select(memories.c.id, memories.c.pk)).all())
+    gone = {pk_of[m.id] for m in erased}
+    stays = {pk_of[m.id] for m in kept}
+
+    def held() -> set[int]:
+        with store._read() as conn:  # type: ignore[attr-defined]
+            blobs = conn.execute(sa.select(vector_chunks.c.pks)).scalars().all()
+        return {int(pk) for blob in blobs for pk in np.frombuffer(bytes(blob), dtype="<i8")}
+
+    assert gone & held()  # sealed chunks hold the person's vectors before
+    count = store.erase_subject(Erasure(uuid7(), ann, by_operator(), utcnow()))
+    assert count == len(erased)
+    assert not gone & held()
+    with store._read() as conn:  # type: ignore[attr-defined]
+        vectors = set(conn.execute(sa.select(memory_vectors.c.memory_pk)).scalars())
+    assert not gone & vectors
+    assert stays <= vectors  # another person's vectors are untouched

@@ -277,6 +277,16 @@ class SqlBase(abc.ABC):
         record(conn, (history_row(i, s, HistoryEvent.DELETED, by, now) for i, s in gone))
         return len(gone)
 
+    def _vector_owners(self, conn: Connection, where: sa.ColumnElement[bool]) -> set[str]:  # noqa: ARG002
+        """The vector index's owners holding a vector of a memory matching `where` (read before
+        an erasure deletes them); the vector store overrides this hook."""
+        return set()
+
+    def _purge_vectors(self, conn: Connection, owners: set[str]) -> None:  # noqa: ARG002
+        """Rewrite `owners`' sealed vector chunks without the vectors of deleted memories, in
+        the caller's transaction (an erasure leaves no copy behind); the vector store's hook."""
+        return None
+
     # --- lifecycle -------------------------------------------------------------------------
 
     def ping(self) -> None:

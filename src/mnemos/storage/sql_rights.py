@@ -82,7 +82,9 @@ class RightsSql(SqlBase):
             # An idempotency key's fingerprint is a digest of the request, content included.
             about = sa.select(M.id).where(M.subject_id == subject)
             conn.execute(idempotency_keys.delete().where(idempotency_keys.c.memory_id.in_(about)))
+            owners = self._vector_owners(conn, M.subject_id == subject)
             erased = self._delete_memories(conn, M.subject_id == subject)
+            self._purge_vectors(conn, owners)  # no sealed copy of an erased vector remains
             conn.execute(memory_history.delete().where(H.subject_id == subject))
             conn.execute(
                 erasures.insert().values(

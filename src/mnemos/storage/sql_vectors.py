@@ -245,6 +245,26 @@ class VectorsSql(SqlBase):
                 self._drop_dead(conn, owner, seq)
         return rows[-1][0], rows[-1][1]
 
+    def _vector_owners(self, conn: Connection, where: sa.ColumnElement[bool]) -> set[str]:
+        rows = conn.execute(
+            sa.select(*(getattr(M, column) for column, _ in OWNER_COLUMNS))
+            .select_from(memories.join(memory_vectors, V.memory_pk == M.pk))
+            .where(where)
+            .distinct()
+        ).all()
+        return {
+            owner_key(prefix, value)
+            for row in rows
+            for (_, prefix), value in zip(OWNER_COLUMNS, row, strict=True)
+            if value is not None
+        }
+
+    def _purge_vectors(self, conn: Connection, owners: set[str]) -> None:
+        for owner in sorted(owners):
+            seqs = conn.execute(sa.select(C.seq).where(C.owner == owner)).scalars().all()
+            for seq in seqs:
+                self._drop_dead(conn, owner, seq)
+
     def _drop_dead(self, conn: Connection, owner: str, seq: int) -> None:
         """Rewrite one chunk without the vectors whose memory is gone (read again inside the
         write, so a concurrent compaction or delete is seen)."""
