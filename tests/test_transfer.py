@@ -276,6 +276,7 @@ def test_fifty_thousand_memories_import_with_progress_and_a_summary(
         assert summary["ok"] and summary["rows_per_second"] > 0
         with client_on(target) as moved:
             found = moved.get(AGENT, params={"content_query": "zebrafinch"}, headers=agent.headers)
+            assert found.status_code == 200, found.text
             assert [row["content"] for row in found.json()["data"]] == [
                 "memory 31337 about tea zebrafinch"
             ]

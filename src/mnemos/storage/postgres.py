@@ -203,15 +203,24 @@ class PostgresStore(SqlStore):
         # A search connection has the budget as its statement_timeout already (even the pool's
         # ping runs under it). Inside a snapshot() (a transaction), SET LOCAL sets it until that
         # transaction ends.
-        pinned: Connection | None = getattr(self._pinned, "conn", None)
+        # On a replica (a read routed there), the budget is set and reset around the search.
+        pin = getattr(self._pinned, "pin", None)
+        budget = int(self._search_budget_ms)
+        if pin is None and getattr(self._route, "replica", None) is not None:
+            with self._read() as conn, self._canceled_as_too_expensive():
+                conn.exec_driver_sql(f"SET statement_timeout = {budget}")
+                try:
+                    yield conn
+                finally:
+                    conn.exec_driver_sql("RESET statement_timeout")
+            return
         with self._guard(), self._canceled_as_too_expensive():
-            if pinned is None:
+            if pin is None:
                 with self._search_engine.connect() as conn:
                     yield conn
                 return
-            budget = int(self._search_budget_ms)
-            pinned.exec_driver_sql(f"SET LOCAL statement_timeout = {budget}")
-            yield pinned
+            pin.conn.exec_driver_sql(f"SET LOCAL statement_timeout = {budget}")
+            yield pin.conn
 
     @contextmanager
     def _canceled_as_too_expensive(self) -> Iterator[None]:

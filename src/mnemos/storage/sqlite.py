@@ -27,7 +27,7 @@ from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
-from mnemos.storage.search_plan import TermStats
+from mnemos.storage.search_plan import DRIVER_POSTINGS, TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
 from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
 from mnemos.storage.watchdog import Watchdog
@@ -141,6 +141,8 @@ def recheck_values(search: SearchQuery) -> dict[str, str]:
             words = part.whole_words or part.phrases[0]
             values[f"{RECHECK_PREFIX}w{index}"] = " " + " ".join(words) + " "
     return values
+
+
 INDEX_TRIGGER = "memories_fts_ai"
 
 
@@ -216,6 +218,7 @@ class SqliteStore(SqlStore):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._writes = GroupCommit(self._transaction)
         self._pages: dict[tuple[bytes, bytes], int] = {}  # `_term_stats`' cache, per range
+        self._counted: dict[str, int] = {}  # `_term_stats`' exact counts, per FTS5 expression
         self._rows = 0
         self._stats_at = -math.inf
         # Writers in other processes (`mnemos serve --workers N`) queue on an OS lock beside the
@@ -304,8 +307,10 @@ class SqliteStore(SqlStore):
     def _term_stats(self, conn: Connection, search: SearchQuery) -> TermStats | None:
         # Estimates need not be fresh: each range's pages are kept for `STATS_SECONDS`.
         now = time.monotonic()
-        if now - self._stats_at > STATS_SECONDS or len(self._pages) > MAX_CACHED_RANGES:
+        cached = len(self._pages) + len(self._counted)
+        if now - self._stats_at > STATS_SECONDS or cached > MAX_CACHED_RANGES:
             self._pages.clear()
+            self._counted.clear()
             self._rows = int(conn.exec_driver_sql("SELECT max(pk) FROM memories").scalar() or 0)
             self._stats_at = now
         ranges = term_ranges(search)
@@ -318,7 +323,26 @@ class SqliteStore(SqlStore):
             )
             for k, span in enumerate(missing):
                 self._pages[span] = max(int(found.get(k) or 0), 0)
-        postings = (sum(self._pages[span] for span in spans) * DOCS_PER_PAGE for spans in ranges)
+        postings = [sum(self._pages[span] for span in spans) * DOCS_PER_PAGE for spans in ranges]
+        # Pages overcount a term that starts inside the page run of a common term sorted just
+        # before it (`%_idx` lists only the first term starting on each page): a term that looks
+        # too common to look up is counted in the index, reading at most DRIVER_POSTINGS + 1
+        # entries, and the count (kept like the pages) replaces the estimate when it is smaller.
+        for index, part in enumerate(search.parts()):
+            if postings[index] <= DRIVER_POSTINGS:
+                continue
+            expression = fts5_query(part)
+            counted = self._counted.get(expression)
+            if counted is None:
+                counted = int(
+                    conn.exec_driver_sql(
+                        "SELECT count(*) FROM (SELECT rowid FROM memories_fts "
+                        "WHERE memories_fts MATCH ? LIMIT ?)",
+                        (expression, DRIVER_POSTINGS + 1),
+                    ).scalar_one()
+                )
+                self._counted[expression] = counted
+            postings[index] = min(postings[index], counted)
         return TermStats(self._rows, tuple(postings))
 
     def _recheck_values(self, search: SearchQuery) -> dict[str, Any]:

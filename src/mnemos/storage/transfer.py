@@ -51,6 +51,10 @@ derived from content and keyed by row numbers that `--merge` renumbers: every im
 is queued for embedding by the database's own trigger (`mnemos reindex` or the server's
 embedding workers rebuild them)."""
 
+MERGE_KEYS = {"memory_history": ("memory_id", "event", "at")}
+"""What identifies a row of a table whose primary key the target numbers itself with --merge:
+an imported row the target already holds by these columns is skipped."""
+
 REPLACED_TABLES = frozenset({"server_secrets"})
 """Written over what the target holds (a database that has served once already has its own
 secrets, and no data); so cursors and Mnemos-issued tokens keep working after a move. With

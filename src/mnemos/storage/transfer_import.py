@@ -22,6 +22,7 @@ from mnemos.storage.schema import metadata
 from mnemos.storage.sql_base import driver_connection
 from mnemos.storage.transfer import (
     BATCH_ROWS,
+    MERGE_KEYS,
     REPLACED_TABLES,
     SKIPPED_TABLES,
     Progress,
@@ -206,10 +207,26 @@ def _flush(
         summary.rows[name] = summary.rows.get(name, 0) + len(batch)
         return
     before = _count(conn, target.table)
-    conn.execute(target.statement, target.rows(batch))
+    rows = _not_held(conn, target.table, target.rows(batch))
+    if rows:
+        conn.execute(target.statement, rows)
     written = _count(conn, target.table) - before
     summary.skipped[name] = summary.skipped.get(name, 0) + len(batch) - written
     summary.rows[name] = summary.rows.get(name, 0) + written
+
+
+def _not_held(
+    conn: Connection, table: sa.Table, rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """With --merge, the rows of a table whose key the target numbers itself (`MERGE_KEYS`)
+    that the target does not already hold by their natural key."""
+    natural = MERGE_KEYS.get(str(table.name))
+    if natural is None or not rows:
+        return rows
+    columns = [table.c[name] for name in natural]
+    firsts = {row[natural[0]] for row in rows}
+    held = set(map(tuple, conn.execute(sa.select(*columns).where(columns[0].in_(firsts)))))
+    return [row for row in rows if tuple(row[name] for name in natural) not in held]
 
 
 def _bulk_insert(conn: Connection, target: _Target, batch: list[dict[str, Any]]) -> None:
