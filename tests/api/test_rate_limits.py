@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain.accounts import issue_token
+from mnemos.ratelimit import WINDOW_SECONDS
 from mnemos.storage.base import Store
 from tests.api.test_band_agent import BASE, error
 from tests.world import World
@@ -19,7 +20,16 @@ from tests.world import World
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
+def in_one_window() -> None:
+    """The limits count in fixed one-minute windows: a test that counts its requests starts in
+    a fresh window when the current one ends within seconds (else the count restarts midway)."""
+    left = WINDOW_SECONDS - time.time() % WINDOW_SECONDS
+    if left < 5:
+        time.sleep(left + 0.05)
+
+
 def limited(settings: Settings, **extra: object) -> Settings:
+    in_one_window()
     return settings.model_copy(update={"rate_limit_per_minute": 5, **extra})
 
 
@@ -118,6 +128,7 @@ def test_limit_follows_the_identity_not_the_headers(
 
 
 def failures_limited(settings: Settings, **extra: object) -> Settings:
+    in_one_window()
     return settings.model_copy(
         update={"rate_limit_per_minute": 1000, "auth_failures_per_minute": 3, **extra}
     )
