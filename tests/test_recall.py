@@ -4,6 +4,7 @@ backend."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,8 @@ from numpy.typing import NDArray
 
 from mnemos.api.app import create_app
 from mnemos.config import Settings
+from mnemos.domain.ids import utcnow, uuid7
+from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
 from mnemos.domain.ports import Embedder
 from mnemos.embedding import load_embedder
 from mnemos.indexer import drain
@@ -84,6 +87,32 @@ def listed(client: TestClient, actor: Actor, *, human: bool = False, **params: A
     response = client.get(path, params={"limit": 100, **params}, headers=actor.headers)
     assert response.status_code == 200, response.text
     return {row["id"] for row in response.json()["data"]}
+
+
+def stored_directly(contents: list[str], agent: str, **owners: Any) -> list[Memory]:
+    """Memories of `agent` with these contents, as `Store.replace_memories` takes them (agent
+    scope unless `owners` says otherwise: scope, subject_id, organization_id)."""
+    now = utcnow()
+    fields: dict[str, Any] = {"scope": Scope.AGENT, "subject_id": None, "organization_id": None}
+    fields.update(owners)
+    return [
+        Memory(
+            id=uuid7(),
+            content=content,
+            thought="t",
+            system=System.LONG_TERM,
+            type=MemoryType.SEMANTIC,
+            segment=Segment.USER,
+            source_agent_id=uuid.UUID(agent),
+            chat_room_id=None,
+            metadata={},
+            status=Status.ACTIVE,
+            inserted_at=now,
+            updated_at=now,
+            **fields,
+        )
+        for content in contents
+    ]
 
 
 @pytest.fixture
@@ -391,37 +420,15 @@ def test_content_query_mode_hybrid_ranks_the_list(
 def test_the_sweep_drops_deleted_vectors_from_sealed_chunks(
     store: Store, embedder: Embedder, acme: dict[str, Actor]
 ) -> None:
-    import uuid as uuid_module
 
     import sqlalchemy as sa
 
-    from mnemos.domain.ids import utcnow, uuid7
-    from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
     from mnemos.storage.schema import memories, vector_chunks
     from mnemos.storage.sql_vectors import CHUNK_ROWS
 
-    agent = uuid_module.UUID(acme["writer"].id)
-    now = utcnow()
-    made = [
-        Memory(
-            id=uuid7(),
-            content=f"note {i} about seats",
-            thought="t",
-            system=System.LONG_TERM,
-            type=MemoryType.SEMANTIC,
-            segment=Segment.USER,
-            scope=Scope.AGENT,
-            subject_id=None,
-            organization_id=None,
-            source_agent_id=agent,
-            chat_room_id=None,
-            metadata={},
-            status=Status.ACTIVE,
-            inserted_at=now,
-            updated_at=now,
-        )
-        for i in range(CHUNK_ROWS + 10)
-    ]
+    contents = [f"note {i} about seats" for i in range(CHUNK_ROWS + 10)]
+    made = stored_directly(contents, acme["writer"].id)
+    now = made[0].inserted_at
     store.replace_memories(made, [], now)
     drain(store, embedder)
     gone = [m.id for m in made[:5]]
@@ -490,12 +497,7 @@ def test_erasure_leaves_no_vector_behind(
     from mnemos.domain.ids import utcnow, uuid7
     from mnemos.domain.models import (
         Erasure,
-        Memory,
-        MemoryType,
         Scope,
-        Segment,
-        Status,
-        System,
     )
     from mnemos.storage.schema import memories, memory_vectors, vector_chunks
     from mnemos.storage.sql_vectors import CHUNK_ROWS
@@ -506,26 +508,10 @@ def test_erasure_leaves_no_vector_behind(
     now = utcnow()
 
     def about(person: uuid_module.UUID, count: int) -> list[Memory]:
-        return [
-            Memory(
-                id=uuid7(),
-                content=f"note {i} on where {person.hex[:6]} likes to sit",
-                thought="t",
-                system=System.LONG_TERM,
-                type=MemoryType.SEMANTIC,
-                segment=Segment.USER,
-                scope=Scope.SUBJECT,
-                subject_id=person,
-                organization_id=org,
-                source_agent_id=uuid_module.UUID(writer.id),
-                chat_room_id=None,
-                metadata={},
-                status=Status.ACTIVE,
-                inserted_at=now,
-                updated_at=now,
-            )
-            for i in range(count)
-        ]
+        contents = [f"note {i} on where {person.hex[:6]} likes to sit" for i in range(count)]
+        return stored_directly(
+            contents, writer.id, scope=Scope.SUBJECT, subject_id=person, organization_id=org
+        )
 
     erased, kept = about(ann, CHUNK_ROWS + 3), about(bob, 40)
     store.replace_memories([*erased[:100], *kept, *erased[100:]], [], now)
