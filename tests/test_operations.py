@@ -117,6 +117,42 @@ def test_metrics_on_one_process(settings: Settings, store: Store, token: str) ->
         assert "/metrics" not in client.get("/openapi.json").text
 
 
+def counted(scraped: str, series: str) -> float:
+    """The value of one series of a `/metrics` answer (0 when it is not there yet)."""
+    for line in scraped.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_tuya_refusals_are_counted_as_errors(
+    settings: Settings, store: Store, world: World
+) -> None:
+    """Tuya refuses with HTTP 200 and `success: false`: still an error in the metrics."""
+    from tests.api.test_rate_limits import failures_limited
+
+    org = world.org("metrics-tuya")
+    client_id = f"m{uuid.uuid4().hex[:12]}"
+    store.create_tuya_project(client_id, "s" * 32, uuid.UUID(org))
+    on = failures_limited(settings, metrics=True)
+    bad = {"client_id": client_id, "sign": "BAD", "t": "1"}
+    route = 'route="/v1.0/token"'
+    with TestClient(create_app(on, store)) as client:
+        before = client.get("/metrics").text
+        codes = [
+            client.get("/v1.0/token", params={"grant_type": 1}, headers=bad).json()["code"]
+            for _ in range(4)
+        ]
+        after = client.get("/metrics").text
+    assert codes[-1] == 1110 and set(codes[:-1]) <= {1004, 1013}, codes
+    refusals = {f"tuya_{code}": codes.count(code) for code in set(codes)}
+    for code, times in refusals.items():
+        series = f'mnemos_errors_total{{code="{code}"}}'
+        assert counted(after, series) - counted(before, series) == times, (code, after)
+    limited = f"mnemos_rate_limit_refusals_total{{{route}}}"
+    assert counted(after, limited) - counted(before, limited) == 1
+
+
 def test_backup_refuses_a_missing_file(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mnemos", "backup", "--out", str(tmp_path / "b.db")],

@@ -80,7 +80,7 @@ def test_session_cookie_flags_and_contents(client: TestClient, world: World) -> 
     claims = jwt.decode(value, options={"verify_signature": False})
     assert claims["sub"] == ann.id and claims["aud"] == "mnemos-ui"
     assert claims["exp"] - claims["iat"] == pytest.approx(1800, abs=1)  # MNEMOS_UI_SESSION_SECONDS
-    assert set(claims) == {"iss", "aud", "iat", "exp", "csrf", "sub"}
+    assert set(claims) == {"iss", "aud", "iat", "exp", "csrf", "sub", "jti"}
     # a session is not a credential of the API
     api = client.get(ME, headers={"Authorization": f"Bearer {value}"})
     assert api.status_code == 401
@@ -211,6 +211,34 @@ def test_expired_and_revoked_sessions(client: TestClient, world: World, store: S
     other, _ = SessionSigner(store, 1800).issue(uuid.UUID(ann.id))
     use_session(client, other[:-3] + "abc")
     assert client.get("/ui/", follow_redirects=False).headers["location"].endswith("=signin")
+
+
+def test_sign_out_ends_the_session_even_for_a_copy_of_its_cookie(
+    client: TestClient, world: World, store: Store
+) -> None:
+    ann = world.user("Ann", "acme")
+    csrf = signed_in(client, ann)
+    copied = client.cookies.get("mnemos_session", path="/ui")
+    assert copied
+    other = TestClient(client.app)  # another browser holding a copy of the same cookie
+    use_session(other, copied)
+    assert other.get("/ui/agents").status_code == 200
+    done = client.post("/ui/signout", data={"csrf_token": csrf}, follow_redirects=False)
+    assert done.headers["location"] == "/ui/signin?reason=signed_out"
+    # the copy opens nothing any more, in this process or any other on the same database
+    use_session(other, copied)
+    assert other.get("/ui/agents", follow_redirects=False).headers["location"].endswith("=signin")
+    forged = other.post(
+        "/ui/agents", data={"csrf_token": csrf, "name": "x"}, follow_redirects=False
+    )
+    assert forged.status_code == 303 and forged.headers["location"].endswith("=signin")
+    assert client.get("/api/v1/me/agents", headers=ann.headers).json()["data"] == []
+    assert SessionSigner(store, 1800).store.session_ended(
+        jwt.decode(copied, options={"verify_signature": False})["jti"]
+    )
+    # signing in again gives a new session that works
+    signed_in(client, ann)
+    assert client.get("/ui/agents").status_code == 200
 
 
 def pages(client: TestClient, memory_ids: list[str]) -> Iterator[tuple[str, Any]]:

@@ -5,6 +5,11 @@ every other layer (the in-flight cap, the body limit, access checks, routes). Af
 answered, `scope["route"]` names the route that served it (FastAPI sets it when it matches):
 its template is the only part of the path that is logged or labelled. A request no route
 matched is `unmatched`.
+
+Most refusals are 4xx or 5xx answers whose body names the error code. Tuya's API refuses with
+HTTP 200 and `success: false` in its envelope: its routes name the refusal with
+`answered_error` (`tuya_<code>`), so those are counted and logged as errors too, and Tuya's
+`1110` (frequency over limit) as a rate-limit refusal.
 """
 
 from __future__ import annotations
@@ -23,6 +28,14 @@ UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 """Methods labelled as they are; any other a client makes up is `OTHER` (bounded labels)."""
 access_log = logging.getLogger(ACCESS_LOGGER)
+ERROR_STATE = "answered_error"
+RATE_LIMITED = frozenset({"tuya_1110"})
+"""Codes of refusals for going over a rate limit that are not HTTP 429."""
+
+
+def answered_error(scope_state: Any, code: str) -> None:
+    """Name the error of an answer that refuses with a 2xx status (`request.state`)."""
+    setattr(scope_state, ERROR_STATE, code)
 
 
 def route_template(scope: Scope) -> str:
@@ -72,7 +85,10 @@ class ObserveMiddleware:
         finally:
             seconds = time.perf_counter() - started
             route = route_template(scope)
-            code = error_code(first_body or b"") if status >= 400 else None
+            if status >= 400:
+                code = error_code(first_body or b"")
+            else:
+                code = scope.get("state", {}).get(ERROR_STATE)
             if self.metrics is not None:
                 method = scope["method"] if scope["method"] in METHODS else "OTHER"
                 self._count(route, method, status, seconds, code)
@@ -91,7 +107,7 @@ class ObserveMiddleware:
         found.latency.labels(*labels).observe(seconds)
         if code is not None:
             found.errors.labels(code).inc()
-            if status == 429:
+            if status == 429 or code in RATE_LIMITED:
                 found.rate_limited.labels(route).inc()
         write = memory_write(route, method, status)
         if write is not None:

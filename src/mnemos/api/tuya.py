@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 
 from mnemos.api.access import authenticate
 from mnemos.api.deps import Services, services, tenant
+from mnemos.api.observe import answered_error
 from mnemos.api.responses import JSONResponse
 from mnemos.api.routing import MnemosRoute
 from mnemos.domain.tuya import TuyaMemories
@@ -29,6 +30,11 @@ DEVICE = "/v1.0/cloud/agent/ai/chat/b/devices/{device_id}"
 T = TypeVar("T")
 
 
+def tuya_error_code(code: int) -> str:
+    """How a refusal in Tuya's envelope is named in metrics and access logs."""
+    return f"tuya_{code}"
+
+
 def envelope(
     request: Request, result: Any = None, code: int | None = None, msg: str = ""
 ) -> JSONResponse:
@@ -37,6 +43,7 @@ def envelope(
         body["result"] = result
     else:
         body.update(code=code, msg=msg)
+        answered_error(request.state, tuya_error_code(code))
     body["tid"] = getattr(request.state, "request_id", "") or uuid.uuid4().hex
     return JSONResponse(body)
 

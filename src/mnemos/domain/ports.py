@@ -57,6 +57,18 @@ class Secrets(Protocol):
         """
 
 
+class EndedSessions(Protocol):
+    """Sessions of the web page ended before they expire (Sign out), shared by every process."""
+
+    @abc.abstractmethod
+    def end_session(self, session_id: str, expires_at: datetime) -> None:
+        """Remember that session `session_id` has ended, until it would have expired anyway."""
+
+    @abc.abstractmethod
+    def session_ended(self, session_id: str) -> bool:
+        """True once `end_session` was called for it (read where the write went: never stale)."""
+
+
 class MemoryStore(Protocol):
     """Memories: insert, read, list, change and delete them.
 

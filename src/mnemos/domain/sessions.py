@@ -3,10 +3,10 @@
 A session is a signed statement "this browser is person P (or nobody yet) until T, and its forms
 carry token C". It is an HS256 JWT under a secret of its own (`ui-session`) and audience
 `mnemos-ui`, so it is never accepted as a bearer token by the APIs, nor an API token as a
-session. Nothing is stored server side: a session ends when it expires, when the browser drops
-it (Sign out), or when the person revokes their tokens (`tokens_valid_after` refuses every
-session issued before, as it refuses tokens). A session issued to nobody carries only the CSRF
-token of the sign-in form.
+session. A session ends when it expires, when the person signs out (its id is then recorded
+until it would have expired, so a copy of the cookie is refused too), or when the person revokes
+their tokens (`tokens_valid_after` refuses every session issued before, as it refuses tokens).
+A session issued to nobody carries only the CSRF token of the sign-in form.
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ import hmac
 import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 import jwt
 
 from mnemos.domain.accounts import SigningStore, check_not_revoked
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import UserContext
+from mnemos.domain.ports import EndedSessions
 from mnemos.errors import CsrfRefused, SessionExpired, Unauthorized
 
 SESSION_SECRET = "ui-session"
@@ -35,12 +37,18 @@ class Session:
     user_id: uuid.UUID | None  # None: nobody has signed in yet
     csrf: str
     issued_at: float
+    session_id: str
+    expires_at: float
+
+
+class SessionStore(SigningStore, EndedSessions, Protocol):
+    """What sessions read: people, the shared secrets, and the sessions ended early."""
 
 
 class SessionSigner:
-    """Issues and reads sessions; every process on one database shares the secret."""
+    """Issues, reads and ends sessions; every process on one database shares the secret."""
 
-    def __init__(self, store: SigningStore, lifetime_seconds: int):
+    def __init__(self, store: SessionStore, lifetime_seconds: int):
         self.store = store
         self.lifetime = timedelta(seconds=lifetime_seconds)
         self._key: bytes | None = None
@@ -53,13 +61,21 @@ class SessionSigner:
     def issue(self, user_id: uuid.UUID | None, now: datetime | None = None) -> tuple[str, Session]:
         """A new session (and a new CSRF token: signing in never keeps the old one)."""
         now = now or utcnow()
-        session = Session(user_id, secrets.token_urlsafe(32), now.timestamp())
+        expires = now + self.lifetime
+        session = Session(
+            user_id,
+            secrets.token_urlsafe(32),
+            now.timestamp(),
+            secrets.token_urlsafe(16),
+            expires.timestamp(),
+        )
         claims: dict[str, object] = {
             "iss": SESSION_ISSUER,
             "aud": SESSION_AUDIENCE,
             "iat": session.issued_at,
-            "exp": now + self.lifetime,
+            "exp": expires,
             "csrf": session.csrf,
+            "jti": session.session_id,
         }
         if user_id is not None:
             claims["sub"] = str(user_id)
@@ -75,20 +91,35 @@ class SessionSigner:
                 algorithms=[ALGORITHM],
                 audience=SESSION_AUDIENCE,
                 issuer=SESSION_ISSUER,
-                options={"require": ["exp", "iat", "csrf"]},
+                options={"require": ["exp", "iat", "csrf", "jti"]},
             )
         except jwt.ExpiredSignatureError:
             raise SessionExpired() from None
         except jwt.PyJWTError:
             raise Unauthorized("Not signed in") from None
         subject, csrf, iat = claims.get("sub"), claims["csrf"], claims["iat"]
-        if not isinstance(csrf, str) or not isinstance(iat, int | float):
+        session_id, exp = claims["jti"], claims["exp"]
+        if (
+            not isinstance(csrf, str)
+            or not isinstance(iat, int | float)
+            or not isinstance(session_id, str)
+            or not isinstance(exp, int | float)
+        ):
             raise Unauthorized("Not signed in")
         try:
             user_id = uuid.UUID(subject) if isinstance(subject, str) else None
         except ValueError:
             raise Unauthorized("Not signed in") from None
-        return Session(user_id, csrf, float(iat))
+        if user_id is not None and self.store.session_ended(session_id):
+            raise Unauthorized("Not signed in")
+        return Session(user_id, csrf, float(iat), session_id, float(exp))
+
+    def end(self, session: Session) -> None:
+        """Sign out: this session, and every copy of its cookie, is refused from now on."""
+        if session.user_id is None:
+            return  # nobody's session opens nothing
+        expires_at = datetime.fromtimestamp(session.expires_at, UTC)
+        self.store.end_session(session.session_id, expires_at)
 
     def person(self, session: Session) -> UserContext:
         """The person signed in, as the APIs see them; refused once they revoked their tokens,

@@ -11,6 +11,7 @@ import abc
 
 from mnemos.domain.ports import (
     AccountStore,
+    EndedSessions,
     KeyKind,
     MemoryStore,
     RightsStore,
@@ -23,6 +24,7 @@ from mnemos.storage.replicas import ReplicaStatus
 
 __all__ = [
     "AccountStore",
+    "EndedSessions",
     "KeyKind",
     "MemoryStore",
     "RightsStore",
@@ -34,7 +36,16 @@ __all__ = [
 ]
 
 
-class Store(Secrets, MemoryStore, AccountStore, RoomStore, TuyaStore, VectorStore, RightsStore):
+class Store(
+    Secrets,
+    EndedSessions,
+    MemoryStore,
+    AccountStore,
+    RoomStore,
+    TuyaStore,
+    VectorStore,
+    RightsStore,
+):
     """Persistent state of one Mnemos deployment: every port, plus its lifecycle."""
 
     @abc.abstractmethod

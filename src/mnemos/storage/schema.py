@@ -234,6 +234,15 @@ tuya_signatures = sa.Table(
     sa.Column("expires_at", UTCDateTime(), nullable=False, index=True),
 )
 
+# Web-page sessions ended by Sign out before they expire (`domain/sessions.py`): a copy of the
+# cookie is refused from then on. Kept until the session would have expired anyway.
+ended_sessions = sa.Table(
+    "ended_sessions",
+    metadata,
+    sa.Column("session_id", sa.String(64), primary_key=True),
+    sa.Column("expires_at", UTCDateTime(), nullable=False, index=True),
+)
+
 tuya_devices = sa.Table(
     "tuya_devices",
     metadata,

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
@@ -24,10 +25,12 @@ from mnemos.errors import InsufficientStorage, StorageUnavailable
 from mnemos.storage import replicas as replication
 from mnemos.storage.history_rows import history_row, record
 from mnemos.storage.replicas import Replica, ReplicaFailed, ReplicaSet, ReplicaStatus
-from mnemos.storage.schema import memories, server_secrets
+from mnemos.storage.schema import ended_sessions, memories, server_secrets
 from mnemos.storage.search_plan import TermStats
 
 DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
+ENDED_SESSIONS_CLEANED = 100  # as SIGNATURES_CLEANED: the table shrinks under any load
+
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -308,6 +311,29 @@ class SqlBase(abc.ABC):
                 sa.select(server_secrets.c.value).where(server_secrets.c.name == name)
             ).scalar_one()
         return bytes(value)
+
+    def end_session(self, session_id: str, expires_at: datetime) -> None:
+        table = ended_sessions
+        # A few sessions past their expiry go with each sign-out (see remember_tuya_signature).
+        expired = (
+            sa.select(table.c.session_id)
+            .where(table.c.expires_at < utcnow())
+            .limit(ENDED_SESSIONS_CLEANED)
+            .with_for_update(skip_locked=True)
+        )
+        with self._write(mark=False) as conn:
+            conn.execute(table.delete().where(table.c.session_id.in_(expired)))
+            conn.execute(
+                self._insert_ignore(table).values(session_id=session_id, expires_at=expires_at)
+            )
+
+    def session_ended(self, session_id: str) -> bool:
+        # On the primary, never a replica: a sign-out must hold at once in every process.
+        query = sa.select(ended_sessions.c.session_id).where(
+            ended_sessions.c.session_id == session_id
+        )
+        with self._guard(), self._open_read() as conn:
+            return conn.execute(query).first() is not None
 
     # --- accounts --------------------------------------------------------------------------
 

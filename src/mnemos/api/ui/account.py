@@ -112,8 +112,9 @@ async def sign_in(request: Request, svc: Services = Depends(services)) -> Respon
 
 @router.post("/signout")
 def sign_out(
-    request: Request, _: Posted = Depends(posted), svc: Services = Depends(services)
+    request: Request, form: Posted = Depends(posted), svc: Services = Depends(services)
 ) -> Response:
+    svc.sessions.end(form.who.session)
     response = redirect("/ui/signin?reason=signed_out")
     end_session(response, request, svc)
     return response
