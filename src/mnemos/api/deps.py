@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -83,6 +85,28 @@ def user_identity(ctx: UserContext) -> str:
     return f"user:{ctx.user.id}"
 
 
+def caller_identity(ctx: AgentContext | UserContext) -> str:
+    return agent_identity(ctx) if isinstance(ctx, AgentContext) else user_identity(ctx)
+
+
+Caller = TypeVar("Caller", AgentContext, UserContext, AgentContext | UserContext)
+
+
+async def authenticated(
+    request: Request,
+    svc: Services,
+    resolve: Callable[[], Caller],
+    identity: Callable[[Caller], str],
+) -> Caller:
+    """The caller `resolve` finds, counted and limited as `authenticate` does; this request's
+    reads then see its tenant's writes (`Store.act_for`). Every API dependency ends here."""
+    ctx = await authenticate(request, resolve, identity)
+    found: AgentContext | UserContext = ctx
+    owner = found.owner.id if isinstance(found, AgentContext) else found.user.id
+    svc.store.act_for(tenant(found.organization_id, owner))
+    return ctx
+
+
 def tenant(organization_id: uuid.UUID | None, person_id: uuid.UUID) -> str:
     """Whose writes a caller's reads must see (`Store.act_for`): its organization's, or, for a
     person without one and that person's agents, the person's."""
@@ -95,9 +119,7 @@ async def agent_caller(
     svc: Services = Depends(services),
 ) -> AgentContext:
     """The agent whose key is in `X-API-Key`; person keys are refused here."""
-    ctx = await authenticate(request, lambda: _agent(svc, key), agent_identity)
-    svc.store.act_for(tenant(ctx.organization_id, ctx.owner.id))
-    return ctx
+    return await authenticated(request, svc, lambda: _agent(svc, key), agent_identity)
 
 
 async def user_caller(
@@ -108,9 +130,9 @@ async def user_caller(
 ) -> UserContext:
     """The person behind `X-API-Key` or `Authorization: Bearer <JWT>`; agent keys are refused."""
     credentials = token.credentials if token is not None else None
-    ctx = await authenticate(request, lambda: person_of(svc, key, credentials), user_identity)
-    svc.store.act_for(tenant(ctx.organization_id, ctx.user.id))
-    return ctx
+    return await authenticated(
+        request, svc, lambda: person_of(svc, key, credentials), user_identity
+    )
 
 
 def any_credential(svc: Services, key: str | None, token: str | None) -> AgentContext | UserContext:
@@ -129,13 +151,6 @@ async def any_caller(request: Request, svc: Services) -> AgentContext | UserCont
     key = await api_key_header(request)
     token = await bearer(request)
     credentials = token.credentials if token is not None else None
-
-    def identity(ctx: AgentContext | UserContext) -> str:
-        return agent_identity(ctx) if isinstance(ctx, AgentContext) else user_identity(ctx)
-
-    ctx = await authenticate(request, lambda: any_credential(svc, key, credentials), identity)
-    if isinstance(ctx, AgentContext):
-        svc.store.act_for(tenant(ctx.organization_id, ctx.owner.id))
-    else:
-        svc.store.act_for(tenant(ctx.organization_id, ctx.user.id))
-    return ctx
+    return await authenticated(
+        request, svc, lambda: any_credential(svc, key, credentials), caller_identity
+    )

@@ -8,8 +8,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials
 from pydantic import BaseModel
 
-from mnemos.api.access import authenticate
-from mnemos.api.deps import Services, bearer, services, tenant, user_identity
+from mnemos.api.deps import Services, authenticated, bearer, services, user_identity
 from mnemos.api.responses import JSONResponse, errors
 from mnemos.api.routing import MnemosRoute
 from mnemos.domain.accounts import hash_key
@@ -71,9 +70,7 @@ async def person(
 ) -> UserContext:
     """A person's key (`api_key` header) or token (`Authorization: Bearer`); never an agent's."""
     credentials = token.credentials if token is not None else None
-    ctx = await authenticate(request, lambda: _person(svc, key, credentials), user_identity)
-    svc.store.act_for(tenant(ctx.organization_id, ctx.user.id))
-    return ctx
+    return await authenticated(request, svc, lambda: _person(svc, key, credentials), user_identity)
 
 
 @router.get(

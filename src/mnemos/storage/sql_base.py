@@ -29,7 +29,7 @@ from mnemos.storage.schema import ended_sessions, memories, server_secrets
 from mnemos.storage.search_plan import TermStats
 
 DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
-ENDED_SESSIONS_CLEANED = 100  # as SIGNATURES_CLEANED: the table shrinks under any load
+EXPIRED_CLEANED = 100  # more than one request's worth: `_remember_until`'s tables shrink
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -312,20 +312,28 @@ class SqlBase(abc.ABC):
             ).scalar_one()
         return bytes(value)
 
-    def end_session(self, session_id: str, expires_at: datetime) -> None:
-        table = ended_sessions
-        # A few sessions past their expiry go with each sign-out (see remember_tuya_signature).
+    def _remember_until(self, table: sa.Table, key: str, expires_at: datetime) -> bool:
+        """Keep `key` (the primary key of `table`, which has an `expires_at`) until `expires_at`;
+        False if it is already kept. A few expired rows go first, skipping those another writer
+        is deleting (PostgreSQL): concurrent callers neither wait for nor deadlock on each
+        other, and the table shrinks under any load. Only the primary reads these tables."""
+        (column,) = table.primary_key.columns
         expired = (
-            sa.select(table.c.session_id)
+            sa.select(column)
             .where(table.c.expires_at < utcnow())
-            .limit(ENDED_SESSIONS_CLEANED)
+            .limit(EXPIRED_CLEANED)
             .with_for_update(skip_locked=True)
         )
         with self._write(mark=False) as conn:
-            conn.execute(table.delete().where(table.c.session_id.in_(expired)))
-            conn.execute(
-                self._insert_ignore(table).values(session_id=session_id, expires_at=expires_at)
-            )
+            conn.execute(table.delete().where(column.in_(expired)))
+            values = {column.name: key, "expires_at": expires_at}
+            inserted = conn.execute(
+                self._insert_ignore(table).values(values).returning(column)
+            ).first()
+        return inserted is not None
+
+    def end_session(self, session_id: str, expires_at: datetime) -> None:
+        self._remember_until(ended_sessions, session_id, expires_at)
 
     def session_ended(self, session_id: str) -> bool:
         # On the primary, never a replica: a sign-out must hold at once in every process.

@@ -28,7 +28,6 @@ from mnemos.storage.sql_base import SqlBase
 T = tuya_tokens.c
 M = memories.c
 SLOT_ATTEMPTS = 5
-SIGNATURES_CLEANED = 100  # more than one request's worth: the table shrinks under any load
 
 
 class TuyaSql(SqlBase):
@@ -220,20 +219,4 @@ class TuyaSql(SqlBase):
 
     def remember_tuya_signature(self, digest: str, expires_at: datetime) -> bool:
         """Record a request signature until `expires_at`; False if it is already recorded."""
-        table = tuya_signatures
-        # A few expired entries per call, skipping those another writer is deleting
-        # (PostgreSQL): concurrent requests neither wait for nor deadlock on each other.
-        expired = (
-            sa.select(table.c.digest)
-            .where(table.c.expires_at < utcnow())
-            .limit(SIGNATURES_CLEANED)
-            .with_for_update(skip_locked=True)
-        )
-        with self._write(mark=False) as conn:
-            conn.execute(table.delete().where(table.c.digest.in_(expired)))
-            inserted = conn.execute(
-                self._insert_ignore(table)
-                .values(digest=digest, expires_at=expires_at)
-                .returning(table.c.digest)
-            ).first()
-        return inserted is not None
+        return self._remember_until(tuya_signatures, digest, expires_at)
