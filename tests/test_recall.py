@@ -140,11 +140,12 @@ def test_semantic_finds_a_paraphrase_keyword_does_not(
     drain(store, embedder)
 
     semantic = search(app_client, writer, mode="semantic", limit=3)
-    assert semantic["meta"] == {"mode": "semantic", "limit": 3}
+    assert semantic["meta"]["mode"] == "semantic" and semantic["meta"]["limit"] == 3
+    assert semantic["meta"]["has_more"] is True
     assert ids(semantic)[0] == aisle
     assert len(semantic["data"]) == 3
     hybrid = search(app_client, writer)
-    assert hybrid["meta"] == {"mode": "hybrid", "limit": 10}
+    assert hybrid["meta"] == {"mode": "hybrid", "limit": 10, "has_more": False, "next_cursor": None}
     assert ids(hybrid)[0] == aisle
     keyword = search(app_client, writer, "client sit plane", mode="keyword")
     assert keyword["data"] == []  # no memory has these words
@@ -356,6 +357,8 @@ def test_without_an_embedder(store: Store, settings: Settings, acme: dict[str, A
             "limit": 10,
             "requested_mode": "hybrid",
             "fallback": "no embedder",
+            "has_more": False,
+            "next_cursor": None,
         }
         assert ids(body) == [memory]
 
@@ -534,3 +537,90 @@ def test_erasure_leaves_no_vector_behind(
         vectors = set(conn.execute(sa.select(memory_vectors.c.memory_pk)).scalars())
     assert not gone & vectors
     assert stays <= vectors  # another person's vectors are untouched
+
+
+TEAS = [
+    f"tea note {n}: {kind}"
+    for n, kind in enumerate(
+        ["green tea at dawn", "black tea with milk", "mint tea after lunch", "iced tea in June"] * 6
+    )
+]
+
+
+def every_page(
+    client: TestClient, actor: Actor, query: str, *, human: bool, **params: Any
+) -> list[list[str]]:
+    """The ids of each page of one search, following `next_cursor` to the end."""
+    pages: list[list[str]] = []
+    cursor: str | None = None
+    while True:
+        extra = {"cursor": cursor} if cursor else {}
+        body = search(client, actor, query, human=human, **params, **extra)
+        pages.append(ids(body))
+        cursor = body["meta"]["next_cursor"]
+        assert body["meta"]["has_more"] is (cursor is not None)
+        if cursor is None:
+            return pages
+        assert len(pages) < 20, "the pages never end"
+
+
+@pytest.mark.parametrize("human", [False, True], ids=["agent", "human"])
+@pytest.mark.parametrize("mode", ["hybrid", "semantic", "keyword"])
+def test_search_pages_neither_repeat_nor_skip(
+    app_client: TestClient,
+    store: Store,
+    embedder: Embedder,
+    acme: dict[str, Actor],
+    mode: str,
+    human: bool,
+) -> None:
+    writer, ann = acme["writer"], acme["ann"]
+    for text in TEAS + OTHERS:
+        put(app_client, writer, text, subject_id=ann.id)
+    drain(store, embedder)
+    reader = ann if human else writer
+    whole = ids(search(app_client, reader, "tea", human=human, mode=mode, limit=50))
+    assert len(whole) >= len(TEAS)
+    pages = every_page(app_client, reader, "tea", human=human, mode=mode, limit=7)
+    assert all(len(page) == 7 for page in pages[:-1]) and len(pages) >= 4
+    served = [memory_id for page in pages for memory_id in page]
+    assert served == whole  # the same order, nothing repeated, nothing skipped
+
+
+def test_a_cursor_serves_only_its_own_search(
+    app_client: TestClient, store: Store, embedder: Embedder, acme: dict[str, Actor]
+) -> None:
+    writer, peer = acme["writer"], acme["peer"]
+    for text in TEAS:
+        put(app_client, writer, text, scope="organization")
+    drain(store, embedder)
+    first = search(app_client, writer, "tea", limit=3)
+    cursor = first["meta"]["next_cursor"]
+    assert cursor is not None
+    path = "/api/v1/agent/memories/search"
+
+    def refused(actor: Actor, **params: Any) -> dict[str, Any]:
+        response = app_client.get(path, params=params, headers=actor.headers)
+        assert response.status_code == 422, response.text
+        error: dict[str, Any] = response.json()["error"]
+        assert error["code"] == "invalid_pagination"
+        return error
+
+    error = refused(writer, query="coffee", cursor=cursor)
+    assert error["details"] == {"cursor": "belongs to another search"}
+    refused(writer, query="tea", mode="semantic", cursor=cursor)
+    refused(writer, query="tea", status="all", cursor=cursor)
+    refused(writer, query="tea", memory_scope="org", cursor=cursor)
+    refused(peer, query="tea", cursor=cursor)  # the same words, another agent's list
+    refused(writer, query="tea", cursor=cursor[:-2] + ("AA" if cursor[-2:] != "AA" else "BB"))
+    listed_page = app_client.get(
+        "/api/v1/agent/memories", params={"limit": 1}, headers=writer.headers
+    )
+    list_cursor = listed_page.json()["meta"]["next_cursor"]
+    refused(writer, query="tea", cursor=list_cursor)  # a list's cursor is not a search's
+    response = app_client.get(
+        "/api/v1/agent/memories", params={"cursor": cursor}, headers=writer.headers
+    )
+    assert response.status_code == 422  # nor the other way round
+    again = search(app_client, writer, "tea", limit=3, cursor=cursor)
+    assert not set(ids(again)) & set(ids(first))

@@ -12,6 +12,7 @@ import select
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,29 @@ def store(actors: Actors, agent: dict[str, Any], **fields: Any) -> dict[str, Any
     return over_http(actors.live.base_url, bearer(agent["api_key"]), work)
 
 
+def embedded(actors: Actors, key: str, *memory_ids: str, **params: Any) -> None:
+    """Wait until the server's embedding worker has embedded these memories (a search by
+    meaning of the agent of `key`, with `params`, finds them), at most a minute."""
+    deadline = time.monotonic() + 60
+    with actors.rest(key) as rest:
+        while time.monotonic() < deadline:
+            query = {"query": "memory", "mode": "semantic", "limit": 50, **params}
+            answer = rest.get(f"{AGENT_API}/search", params=query)
+            assert answer.status_code == 200, answer.text
+            if set(memory_ids) <= {row["id"] for row in answer.json()["data"]}:
+                return
+            time.sleep(0.2)
+    pytest.fail(f"{memory_ids} were not embedded within a minute")
+
+
+def rest_search(actors: Actors, key: str, **params: Any) -> list[str]:
+    """The ids the REST search answers (hybrid, the default mode)."""
+    with actors.rest(key) as rest:
+        answer = rest.get(f"{AGENT_API}/search", params=params)
+    assert answer.status_code == 200, answer.text
+    return [row["id"] for row in answer.json()["data"]]
+
+
 def test_tools_are_pinned(actors: Actors) -> None:
     async def listed(session: ClientSession) -> dict[str, Any]:
         return {tool.name: tool for tool in (await session.list_tools()).tools}
@@ -143,7 +167,8 @@ def test_agent_tools_answer_what_rest_answers(actors: Actors) -> None:
     async def work(session: ClientSession) -> dict[str, Any]:
         stored = ok(await session.call_tool("store_memory", draft("Ann drinks oolong tea daily")))
         other = ok(await session.call_tool("store_memory", draft("Tea breaks are at four")))
-        ok(await session.call_tool("store_memory", draft("Coffee is for emergencies")))
+        coffee = ok(await session.call_tool("store_memory", draft("Coffee is for emergencies")))
+        await asyncio.to_thread(embedded, actors, key, stored["id"], other["id"], coffee["id"])
         found = ok(await session.call_tool("search_memories", {"query": "oolong tea"}))
         page = ok(await session.call_tool("search_memories", {"query": "tea", "limit": 1}))
         rest = ok(
@@ -159,6 +184,7 @@ def test_agent_tools_answer_what_rest_answers(actors: Actors) -> None:
         return {
             "stored": stored,
             "other": other,
+            "coffee": coffee,
             "found": found,
             "pages": [page, rest],
             "listed": listed,
@@ -176,11 +202,13 @@ def test_agent_tools_answer_what_rest_answers(actors: Actors) -> None:
         assert seen["archived"] == rest.get(f"{AGENT_API}/{seen['other']['id']}").json()["data"]
         assert seen["superseded"]["status"] == "superseded"
         assert seen["archived"]["status"] == "archived"
-    # Search is ranked: the best match first, then the next page continues without repeats.
+    # Search is hybrid, as REST's: the best match first, then the next page continues without
+    # repeats; the memories with the words first, then the one only near in meaning.
     assert seen["found"]["memories"][0]["id"] == seen["stored"]["id"]
     assert seen["found"]["next_cursor"] is None
     paged = [m["id"] for page in seen["pages"] for m in page["memories"]]
-    assert sorted(paged) == sorted([seen["stored"]["id"], seen["other"]["id"]])
+    assert sorted(paged[:2]) == sorted([seen["stored"]["id"], seen["other"]["id"]])
+    assert paged[2:] == [seen["coffee"]["id"]]
     # Lists are newest first, as REST lists them; superseded and archived drop out.
     assert [m["id"] for m in seen["listed"]["memories"]] == [
         seen["other"]["id"],
@@ -264,19 +292,27 @@ def test_visibility_is_the_rest_apis(actors: Actors) -> None:
 
         return over_http(actors.live.base_url, bearer(agent["api_key"]), work)
 
+    embedded(
+        actors, actors.a1["api_key"], private["id"], shared["id"], memory_scope="org", scope="all"
+    )
     peer, stranger = as_agent(actors.a2), as_agent(actors.b1)
     # A peer agent sees the organization memory, never a1's private one, and cannot change it.
     refused(peer["get_private"], "not_found")
     assert ok(peer["get_shared"])["id"] == shared["id"]
-    assert [m["id"] for m in ok(peer["search"])["memories"]] == [shared["id"]]
-    assert ok(peer["search_mine"])["memories"] == []
+    org_search = {"query": "zeppelin", "memory_scope": "org", "scope": "all"}
+    peer_found = [m["id"] for m in ok(peer["search"])["memories"]]
+    assert peer_found[0] == shared["id"] and private["id"] not in peer_found
+    assert peer_found == rest_search(actors, actors.a2["api_key"], **org_search)
+    assert shared["id"] not in [m["id"] for m in ok(peer["search_mine"])["memories"]]
     assert [m["id"] for m in ok(peer["list_org"])["memories"]] == [shared["id"]]
     refused(peer["supersede_shared"], "forbidden")
     refused(peer["delete"], "unauthorized")  # a person's tool: not for an agent's key
     # Another organization sees nothing.
     refused(stranger["get_private"], "not_found")
     refused(stranger["get_shared"], "not_found")
-    assert ok(stranger["search"])["memories"] == []
+    stranger_found = [m["id"] for m in ok(stranger["search"])["memories"]]
+    assert not {private["id"], shared["id"]} & set(stranger_found)
+    assert stranger_found == rest_search(actors, actors.b1["api_key"], **org_search)
     assert ok(stranger["list_org"])["memories"] == []
     refused(stranger["supersede_shared"], "not_found")
     # The same requests over REST give the same codes.
@@ -327,7 +363,7 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("store_memory", draft("   "), "validation_failed", "content"),
     ("store_memory", draft("x", metadata="tags"), "validation_failed", "metadata"),
     ("search_memories", {}, "validation_failed", "query"),
-    ("search_memories", {"query": "?!"}, "validation_failed", "query"),
+    ("search_memories", {"query": "   "}, "validation_failed", "query"),
     ("search_memories", {"query": "tea", "cursor": "not-a-cursor"}, "invalid_pagination", None),
     ("list_memories", {"limit": 1000}, "invalid_pagination", None),
     ("list_memories", {"cursor": "garbage"}, "invalid_pagination", None),
@@ -437,6 +473,45 @@ def test_plan_off_is_plan_required(live: LiveServer) -> None:
     refused(over_http(live.base_url, bearer(user["api_key"]), person), "plan_required")
 
 
+AISLE = "The customer prefers aisle seats on long flights."
+QUESTION = "where does the client like to sit on a plane?"  # no word in common with AISLE
+
+
+def test_search_memories_finds_by_meaning_over_http_and_stdio(actors: Actors) -> None:
+    key = actors.a2["api_key"]
+    aisle = store(actors, actors.a2, content=AISLE)
+    harbor = [
+        store(actors, actors.a2, content=f"Harbor log entry {n}: the ferry left on time")["id"]
+        for n in range(4)
+    ]
+    embedded(actors, key, aisle["id"], *harbor)  # pages are stable while the data is
+
+    async def work(session: ClientSession) -> dict[str, Any]:
+        first = ok(await session.call_tool("search_memories", {"query": QUESTION, "limit": 2}))
+        rest = ok(
+            await session.call_tool(
+                "search_memories", {"query": QUESTION, "cursor": first["next_cursor"]}
+            )
+        )
+        other = await session.call_tool(
+            "search_memories", {"query": "ferry", "cursor": first["next_cursor"]}
+        )
+        return {"first": first, "rest": rest, "other": other}
+
+    async def over_stdio() -> dict[str, Any]:
+        async with stdio_session(actors.live.env, key) as session:
+            return await work(session)
+
+    for seen in (over_http(actors.live.base_url, bearer(key), work), asyncio.run(over_stdio())):
+        first = [m["id"] for m in seen["first"]["memories"]]
+        assert first[0] == aisle["id"]
+        paged = first + [m["id"] for m in seen["rest"]["memories"]]
+        assert len(paged) == len(set(paged)) >= 5  # every memory of a2 (20 at most), none twice
+        assert paged == rest_search(actors, key, query=QUESTION, limit=len(paged))  # as REST
+        error = refused(seen["other"], "invalid_pagination")
+        assert error["details"] == {"cursor": "belongs to another search"}
+
+
 # --- stdio: `mnemos mcp` ---------------------------------------------------------------------
 
 
@@ -468,7 +543,7 @@ def test_stdio_serves_the_same_tools(actors: Actors) -> None:
     seen = asyncio.run(run())
     assert seen["tools"] == AGENT_TOOLS
     assert set(seen["person"]) == set(PERSON_TOOLS)
-    assert [m["id"] for m in seen["found"]["memories"]] == [seen["stored"]["id"]]
+    assert seen["found"]["memories"][0]["id"] == seen["stored"]["id"]
     assert seen["got"] == seen["stored"]
     assert seen["listed"]["memories"] == [seen["stored"]]
     refused(seen["bad"], "invalid_memory_type")

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -342,6 +343,23 @@ def test_refusals(page: Page, site: Site, tmp_path: Path) -> None:
     shot(site, page, "session-expired", tmp_path)
 
 
+def embedded(site: Site, person: Actor, query: str, memory_id: str) -> None:
+    """Wait until the server's embedding worker has embedded `memory_id` (a search by meaning
+    for `query` finds it), at most a minute."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        answer = site.api.get(
+            f"{ME}/search",
+            params={"query": query, "mode": "semantic", "limit": 50},
+            headers=person.headers,
+        )
+        assert answer.status_code == 200, answer.text
+        if memory_id in [row["id"] for row in answer.json()["data"]]:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"{memory_id} was not embedded within a minute")
+
+
 def test_search_and_paging(page: Page, site: Site) -> None:
     ann = site.world.user("Ann", "teahouse")  # an organization of her own: no shared memories
     bot = site.world.agent(ann, "Ann Bot")
@@ -349,24 +367,35 @@ def test_search_and_paging(page: Page, site: Site) -> None:
         remember(site.api, bot, f"tea note {i}", subject_id=ann.id)
     for i in range(3):
         remember(site.api, bot, f"coffee with oat milk {i}", subject_id=ann.id)
+    aisle = remember(
+        site.api, bot, "The customer prefers aisle seats on long flights.", subject_id=ann.id
+    )["id"]
+    embedded(site, ann, "aisle seats on flights", aisle)
     sign_in(page, site, ann.api_key)
     assert len(shown_ids(page)) == 20
     listed = all_pages(page)
-    assert listed == site.api_ids(ann) and len(listed) == 26
+    assert listed == site.api_ids(ann) and len(listed) == 27
     assert page.get_by_role("link", name="First page").count() == 1
     page.goto(f"{site.url}/ui/")
     page.get_by_label("Search").fill("oat milk")
     press(page, "Enter")
-    assert sorted(shown_ids(page)) == sorted(site.api_ids(ann, content_query="oat milk"))
-    assert len(shown_ids(page)) == 3
+    oat = site.api_ids(ann, content_query="oat milk")
+    assert sorted(shown_ids(page)[:3]) == sorted(oat) and len(oat) == 3  # best first
+    # By meaning: the question shares no word with the memory it finds.
+    page.get_by_label("Search").fill("where does the client like to sit on a plane?")
+    click(page.get_by_role("button", name="Apply"))
+    assert shown_ids(page)[0] == aisle
     page.get_by_label("Search").fill("tea")
     click(page.get_by_role("button", name="Apply"))
-    found = all_pages(page)  # best first, across two pages of the ranked cursor
-    assert len(found) == 23 == len(set(found))
-    assert sorted(found) == sorted(site.api_ids(ann, content_query="tea"))
-    page.get_by_label("Search").fill("nothing-like-this")
-    click(page.get_by_role("button", name="Apply"))
-    assert page.locator("#empty").inner_text() == "No memories match these filters."
+    next_url = page.get_by_role("link", name="Next page").get_attribute("href")
+    found = all_pages(page)  # best first, across two pages of the search's cursor
+    assert len(found) == 27 == len(set(found))  # hybrid ranks every memory, none twice
+    assert sorted(found[:23]) == sorted(site.api_ids(ann, content_query="tea"))
+    # The cursor of the search for "tea" does not continue a search for "coffee".
+    assert next_url is not None and "q=tea" in next_url
+    page.goto(site.url + next_url.replace("q=tea", "q=coffee"))
+    assert page.locator("#error-message").inner_text() == "cursor is invalid"
+    assert "belongs to another search" in page.locator("ul.details").inner_text()
 
 
 def test_download_and_erase(page: Page, site: Site, tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def build_services(
         store,
         codec,
         max_content_chars=settings.max_content_chars,
-        recall=Recall(store, embedder, settings.max_query_chars),
+        recall=Recall(store, embedder, codec, settings.max_query_chars),
         rank_content_query=settings.content_query_mode == "hybrid",
     )
     human = HumanMemoryService(memories, store)

@@ -94,7 +94,7 @@ def search_memories(
         source_agent_id=parse_uuid(source_agent_id, "source_agent_id") if source_agent_id else None,
     )
     found, shown = svc.human.recall(
-        ctx, params, search.filters, search.text, search.mode, search.limit
+        ctx, params, search.filters, search.text, search.mode, search.limit, search.cursor
     )
     return search_answer(found, _displayed([r.memory for r in found.items], shown))
 

@@ -90,6 +90,7 @@ class SearchRequest:
     mode: SearchMode
     limit: int
     filters: Filters
+    cursor: str | None
 
 
 async def search_request(
@@ -102,6 +103,12 @@ async def search_request(
     type: str | None = Query(None, description="Memory type (valid for the system)"),
     segment: str | None = Query(None, description="user, agent, tool or guideline"),
     status: str | None = Query(None, description="active, superseded, archived or all"),
+    cursor: str | None = Query(
+        None,
+        max_length=512,
+        description="`meta.next_cursor` of the previous page of this same search (the same "
+        "query, mode and filters; another search's cursor is 422 `invalid_pagination`)",
+    ),
     svc: Services = Depends(services),
 ) -> SearchRequest:
     """The query parameters both search routes share (declare it after the caller's auth)."""
@@ -110,4 +117,5 @@ async def search_request(
         mode=mode,
         limit=limit,
         filters=list_filters(svc, system, type, segment, status, None),
+        cursor=cursor,
     )

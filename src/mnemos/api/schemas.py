@@ -360,6 +360,10 @@ class SearchMeta(BaseModel):
     limit: int
     requested_mode: str | None = Field(None, description="Set when the mode asked for was not used")
     fallback: str | None = Field(None, description="Why the requested mode was not used")
+    has_more: bool
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` with the same search for the next page (null: no more)"
+    )
 
 
 class ScoredMemoryOut(MemoryOut):

@@ -100,12 +100,14 @@ class HumanMemoryService:
         text: str,
         mode: SearchMode,
         limit: int,
+        cursor: str | None = None,
     ) -> tuple[Recalled, dict[uuid.UUID, dict[str, Any]]]:
         """`GET /api/v1/me/memories/search`: the list of `params` and `filters`, the best `limit`
-        for `text` by `mode`, with display fields read from the same state of the data."""
+        for `text` by `mode` after `cursor` (the previous page's `next_cursor` of the same
+        search), with display fields read from the same state of the data."""
         query = self.query(ctx, params, filters)
         with self.store.snapshot():
-            found = self.memories.recall.search(query, text, mode, limit)
+            found = self.memories.recall.search(query, text, mode, limit, cursor)
             return found, self.display_fields(ctx, [r.memory for r in found.items])
 
     def page_with_display(

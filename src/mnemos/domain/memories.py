@@ -153,7 +153,7 @@ class MemoryService:
         self.ranker: Ranker = store  # full-text relevance; semantic search brings its own
         self.codec = codec
         self.max_content_chars = max_content_chars
-        self.recall = recall or Recall(store, None)
+        self.recall = recall or Recall(store, None, codec)
         # MNEMOS_CONTENT_QUERY_MODE=hybrid: a list with a content_query ranks by relevance.
         self.rank_content_query = rank_content_query
 
@@ -308,11 +308,14 @@ class MemoryService:
         text: str,
         mode: SearchMode,
         limit: int,
+        cursor: str | None = None,
     ) -> Recalled:
         """`GET /api/v1/agent/memories/search`: the agent list of `params` and `filters`, the
-        best `limit` for `text` by `mode` (docs/search.md)."""
+        best `limit` for `text` by `mode` (docs/search.md), after `cursor` (the previous page's
+        `next_cursor` of the same search)."""
         require_memory_plan(ctx.owner, ctx.organization)
-        return self.recall.search(self.agent_query(ctx, params, filters), text, mode, limit)
+        query = self.agent_query(ctx, params, filters)
+        return self.recall.search(query, text, mode, limit, cursor)
 
     @staticmethod
     def agent_can_read(ctx: AgentContext, memory: Memory) -> bool:

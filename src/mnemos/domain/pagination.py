@@ -3,7 +3,8 @@
 A cursor is `base64url(json {"t": inserted_at, "i": id}) + "." + base64url(hmac)`: opaque to
 callers and tamper-evident, signed with a secret every server process shares (it lives in the
 database, so any process can continue a cursor another process issued). A ranked list's cursor
-holds `{"s": score, "i": id}` instead; neither kind is accepted where the other is expected.
+holds `{"s": score, "i": id}` instead, and a search's cursor (`RecallPosition`) also names the
+search it continues; no kind is accepted where another is expected.
 """
 
 from __future__ import annotations
@@ -43,6 +44,20 @@ class RankPosition:
 
     score: float
     id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class RecallPosition:
+    """A place in one search's answer (`domain/recall.py`): strictly after `(score, id)` in the
+    order of the search named by `search` (a digest of its words, mode and audience), ranked by
+    `mode` (the mode that answered: `keyword` when hybrid fell back); `served` memories came
+    before it (a hint of how deep to look, never trusted for order)."""
+
+    search: str
+    mode: str
+    score: float
+    id: uuid.UUID
+    served: int
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,10 @@ class CursorCodec:
     def encode_rank(self, position: RankPosition) -> str:
         return self._seal({"s": position.score, "i": str(position.id)})
 
+    def encode_recall(self, position: RecallPosition) -> str:
+        p = position
+        return self._seal({"k": p.search, "m": p.mode, "s": p.score, "i": str(p.id), "n": p.served})
+
     def decode(self, cursor: str) -> Position:
         """The position a cursor names, or `invalid_pagination` for anything forged or broken."""
         data = self._open(cursor)
@@ -101,12 +120,31 @@ class CursorCodec:
         """The position a ranked list's cursor names, or `invalid_pagination`."""
         data = self._open(cursor)
         try:
-            score = data["s"]
-            if not isinstance(score, int | float) or isinstance(score, bool):
-                raise TypeError("score")
-            return RankPosition(float(score), uuid.UUID(data["i"]))
+            if "k" in data:
+                raise TypeError("a search's cursor")
+            return RankPosition(_number(data["s"]), uuid.UUID(data["i"]))
         except (ValueError, KeyError, TypeError, AttributeError):
             raise _malformed() from None
+
+    def decode_recall(self, cursor: str, search: str) -> RecallPosition:
+        """The position a search's cursor names: `invalid_pagination` for anything forged or
+        broken, or for a cursor of another search (other words, mode, filters or audience)."""
+        data = self._open(cursor)
+        try:
+            position = RecallPosition(
+                search=str(data["k"]),
+                mode=str(data["m"]),
+                score=_number(data["s"]),
+                id=uuid.UUID(data["i"]),
+                served=int(data["n"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise _malformed() from None
+        if not hmac.compare_digest(position.search, search):
+            raise InvalidPagination(
+                "cursor is invalid", details={"cursor": "belongs to another search"}
+            )
+        return position
 
     def _seal(self, data: dict[str, Any]) -> str:
         payload = _b64(json.dumps(data, separators=(",", ":")).encode())
@@ -120,6 +158,12 @@ class CursorCodec:
             return json.loads(_unb64(payload))
         except ValueError:
             raise _malformed() from None
+
+
+def _number(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError("not a number")
+    return float(value)
 
 
 def _malformed() -> InvalidPagination:

@@ -4,6 +4,10 @@ The caller is the credential in `MNEMOS_API_KEY` (an agent's key, or a person's 
 checked at start (a bad one exits with an error on stderr) and again at every message, so a
 rotated key, a revoked token or a plan switched off takes effect at once, as over HTTP. Only
 protocol messages go to stdout: logs and errors go to stderr.
+
+The embedder `MNEMOS_EMBEDDER` names is built as `serve` builds it, so `search_memories` finds
+by meaning here too, and an embedding worker (`mnemos.indexer`) embeds what waits in the queue
+(what this process stores, and what any other wrote), sharing the one model.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from mcp.server.stdio import stdio_server
 from mnemos.api.app import build_services
 from mnemos.api.deps import Services, any_credential
 from mnemos.config import Settings
+from mnemos.embedding import embedder_from_settings
+from mnemos.indexer import Indexer
 from mnemos.mcp.server import build_server
 from mnemos.mcp.tools import Caller
 
@@ -29,8 +35,12 @@ def check_credential(svc: Services, credential: str) -> Caller:
 
 def serve_stdio(settings: Settings, credential: str) -> None:
     """Serve MCP on stdin/stdout until stdin closes (the database is already migrated)."""
-    svc = build_services(settings)
+    embedder = embedder_from_settings(settings)
+    svc = build_services(settings, embedder=embedder)
+    indexer = Indexer(svc.store, embedder) if embedder is not None else None
     try:
+        if indexer is not None:
+            indexer.start()
         check_credential(svc, credential)
 
         async def caller_of(_ctx: ServerRequestContext[Any, Any]) -> Caller:
@@ -44,4 +54,6 @@ def serve_stdio(settings: Settings, credential: str) -> None:
 
         anyio.run(main)
     finally:
+        if indexer is not None:
+            indexer.stop()
         svc.store.close()

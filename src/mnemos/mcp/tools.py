@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field, JsonValue, TypeAdapter
@@ -34,7 +34,7 @@ from mnemos.domain.models import (
 )
 from mnemos.domain.pagination import CursorPage
 from mnemos.domain.queries import Filters
-from mnemos.domain.search import parse_search
+from mnemos.domain.recall import SearchMode
 from mnemos.errors import NotFound, Unauthorized
 
 Caller = AgentContext | UserContext
@@ -83,8 +83,9 @@ ARGUMENT_HELP: dict[str, str] = {
     "content_query": "Keep only memories whose content contains these words (any order; "
     "'quoted phrase' for exact phrases). Order stays newest first: use search_memories to "
     "rank by relevance.",
-    "query": "What you are looking for, in words likely to appear in the memory (at most 8 "
-    "words; 'quoted phrase' for exact phrases).",
+    "query": "What you are looking for: a question or a few words in plain language. Memories "
+    "are matched by meaning as well as by their words, so a memory need not share a word with "
+    "the query ('quoted phrase' for an exact phrase).",
     "limit": "How many memories to return, 1-100 (default 20).",
     "cursor": "next_cursor from the previous answer, to get the next page.",
     "memory_id": "The id of a memory, as a list or search returned it.",
@@ -250,13 +251,14 @@ def best_search(
     best `limit` memories for `query` among the agent list of `params` and `filters`, and the
     cursor of the next page (None: no more).
 
-    Today: full text, `MemoryService.search_as_agent` (ranked by the service's `ranker`: FTS5
-    bm25 / `ts_rank`). To switch `search_memories` to semantic or hybrid search, change this
-    body only: the tool, its arguments and its answers stay as they are.
+    Hybrid recall (`GET /api/v1/agent/memories/search`'s default: keyword and meaning fused,
+    docs/search.md), which is full text alone when the server has no embedder
+    (`MNEMOS_EMBEDDER=none`); its cursor continues only this same search.
     """
-    searched = replace(filters, search=parse_search(query, svc.settings.max_query_chars, "query"))
-    page = svc.memories.search_as_agent(ctx, params, searched, limit, cursor)
-    return [found.memory for found in page.items], page.meta["next_cursor"]
+    found = svc.memories.recall_as_agent(
+        ctx, params, filters, query, SearchMode.HYBRID, limit, cursor
+    )
+    return [ranked.memory for ranked in found.items], found.meta["next_cursor"]
 
 
 def _store(svc: Services, ctx: AgentContext, draft: MemoryDraft) -> Answer:

@@ -31,6 +31,7 @@ from mnemos.domain.ids import parse_uuid
 from mnemos.domain.models import Memory, MemoryType, Segment, Status, System
 from mnemos.domain.people import actor_of
 from mnemos.domain.queries import Filters
+from mnemos.domain.recall import SearchMode
 from mnemos.errors import invalid_field
 
 router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
@@ -96,15 +97,22 @@ def list_page(
 
 
 def search_page(
-    svc: Services, who: SignedIn, params: HumanListParams, filters: Filters, cursor: str | None
+    svc: Services,
+    who: SignedIn,
+    params: HumanListParams,
+    filters: Filters,
+    text: str,
+    cursor: str | None,
 ) -> Listed:
-    """The page's Search: the same list, best match first. The one place the page searches:
-    switch it here to another ranker (semantic, hybrid) when Mnemos has one."""
-    result = svc.human.search_page(who.ctx, params, filters, PAGE_SIZE, cursor)
-    items = [ranked.memory for ranked in result.items]
-    shown = svc.human.display_fields(who.ctx, items)
+    """The page's Search: the same list, best match for `text` first, by the best search Mnemos
+    has (`GET /api/v1/me/memories/search`'s hybrid recall: keyword and meaning fused, keyword
+    alone without an embedder); its cursor continues only this same search."""
+    found, shown = svc.human.recall(
+        who.ctx, params, filters, text, SearchMode.HYBRID, PAGE_SIZE, cursor
+    )
+    items = [ranked.memory for ranked in found.items]
     changeable = svc.human.may_change(who.ctx, items)
-    return Listed(items, shown, changeable, result.meta["next_cursor"])
+    return Listed(items, shown, changeable, found.meta["next_cursor"])
 
 
 def _agent_choices(
@@ -163,10 +171,12 @@ def memories(
         source_agent_id=parse_uuid(chosen["agent"], "agent") if chosen["agent"] else None,
     )
     filters = list_filters(
-        svc, chosen["system"], chosen["type"], chosen["segment"], chosen["status"], chosen["q"]
+        svc, chosen["system"], chosen["type"], chosen["segment"], chosen["status"], None
     )
-    fetch = search_page if filters.search is not None else list_page
-    listed = fetch(svc, who, params, filters, _blank(cursor))
+    if chosen["q"]:
+        listed = search_page(svc, who, params, filters, chosen["q"], _blank(cursor))
+    else:
+        listed = list_page(svc, who, params, filters, _blank(cursor))
     kept = {name: value for name, value in chosen.items() if value}
     here = request.url.path + ("?" + request.url.query if request.url.query else "")
     return page(
