@@ -51,6 +51,36 @@ def test_tiny_benchmark_run_with_wrk_and_two_workers(tmp_path: Path) -> None:
     check(run, stdout)
 
 
+def test_a_kept_database_serves_as_the_next_runs_template(tmp_path: Path) -> None:
+    kept = tmp_path / "template.db"
+    first = tmp_path / "first"
+    tiny_run(
+        first,
+        "--load",
+        "python",
+        "--requests",
+        "4",
+        "--workers",
+        "1",
+        "--keep-template",
+        f"sqlite={kept}",
+    )
+    assert kept.stat().st_size > 0
+    second = tmp_path / "second"
+    again, stdout = tiny_run(
+        second,
+        "--load",
+        "python",
+        "--requests",
+        "16",
+        "--workers",
+        "1",
+        "--template",
+        f"sqlite={kept}",
+    )
+    check(again, stdout)  # every path answers over the copy, with the keys it was given
+
+
 def test_tiny_rights_benchmark_run(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "bench.rights", "--memories", "300", "--about", "200"]
     done = subprocess.run(
