@@ -225,16 +225,16 @@ def _flush(
     if not batch:
         return
     name = str(target.table.name)
+    if loader is not None:  # which checks the columns itself
+        loader.write(target.table, batch, first_line)
+        summary.rows[name] = summary.rows.get(name, 0) + len(batch)
+        return
     unknown = set().union(*(row.keys() for row in batch)) - set(target.table.columns.keys())
     if unknown:
         raise TransferError(
             f"Table {name!r} in the file has columns this Mnemos does not know: upgrade Mnemos",
             {"table": name, "columns": sorted(unknown)},
         )
-    if loader is not None:
-        loader.write(target.table, batch, first_line)
-        summary.rows[name] = summary.rows.get(name, 0) + len(batch)
-        return
     before = _count(conn, target.table)
     rows = _not_held(conn, target.table, target.rows(batch))
     if rows:
