@@ -144,34 +144,13 @@ def recheck_values(search: SearchQuery) -> dict[str, str]:
 
 
 INDEX_TRIGGER = "memories_fts_ai"
-
-
-@contextmanager
-def indexes_deferred(conn: Connection) -> Iterator[None]:
-    """For a bulk load into an empty database (`mnemos import`), inside its transaction: every
-    named index is dropped and built once at the end from the loaded rows (sorting once is
-    cheaper than a B-tree insert per row per index), and the FTS5 insert trigger is set aside
-    and the index filled once from `memories` (about 2.5 times faster than a trigger run per
-    row). Indexes and trigger come back as they were: their SQL is read from the schema, not
-    written out again here. (Unique constraints' own indexes stay: SQLite cannot drop them.)"""
-    saved = [
-        (kind, name, sql)
-        for kind, name, sql in conn.exec_driver_sql(
-            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND "
-            "(type = 'index' OR (type = 'trigger' AND name = ?))",
-            (INDEX_TRIGGER,),
-        )
-    ]
-    for kind, name, _ in saved:
-        conn.exec_driver_sql(f'DROP {kind.upper()} "{name}"')
-    yield
-    if any(name == INDEX_TRIGGER for _, name, _ in saved):
-        conn.exec_driver_sql(
-            "INSERT INTO memories_fts(rowid, search_text, scope) "
-            f"SELECT pk, search_text, {scope_tokens_sql('memories')} FROM memories"
-        )
-    for _, _, sql in saved:
-        conn.exec_driver_sql(sql)
+INDEX_REFILL_SQL = (
+    "INSERT INTO memories_fts(rowid, search_text, scope) "
+    f"SELECT pk, search_text, {scope_tokens_sql('memories')} FROM memories"
+)
+"""What `INDEX_TRIGGER` does for one new memory, done for every memory at once: `mnemos import`
+sets the trigger aside while it loads an empty database and fills the index once after
+(`transfer_bulk.py`; about 2.5 times faster than a trigger run per row)."""
 
 
 def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine:
