@@ -270,12 +270,17 @@ class SqlBase(abc.ABC):
         its trigger, PostgreSQL's tsvector with the row; a new index adds its cleanup here (or
         a foreign key with ON DELETE CASCADE)."""
         if by is None:  # an erasure: no history is kept
-            return int(conn.execute(memories.delete().where(where)).rowcount)
+            return self._erase_rows(conn, where)
         statement = memories.delete().where(where).returning(memories.c.id, memories.c.subject_id)
         gone = conn.execute(statement).all()
         now = utcnow()
         record(conn, (history_row(i, s, HistoryEvent.DELETED, by, now) for i, s in gone))
         return len(gone)
+
+    def _erase_rows(self, conn: Connection, where: sa.ColumnElement[bool]) -> int:
+        """Delete the memories matching `where`, many at once, with no history (an erasure);
+        the dialect's hook for a set-based cleanup of an index kept beside `memories`."""
+        return int(conn.execute(memories.delete().where(where)).rowcount)
 
     def _vector_owners(self, conn: Connection, where: sa.ColumnElement[bool]) -> set[str]:  # noqa: ARG002
         """The vector index's owners holding a vector of a memory matching `where` (read before

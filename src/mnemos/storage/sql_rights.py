@@ -15,6 +15,7 @@ from mnemos.domain.models import (
     ActorType,
     Change,
     ChangedBy,
+    EncodedBatch,
     Erasure,
     HistoryEvent,
     Memory,
@@ -31,11 +32,14 @@ from mnemos.storage.schema import (
     idempotency_keys,
     memories,
     memory_history,
+    memory_vectors,
     organizations,
     retention_policies,
     users,
+    vector_queue,
 )
 from mnemos.storage.sql_base import SqlBase
+from mnemos.storage.sql_export import about_statement, read_batch
 
 M = memories.c
 H = memory_history.c
@@ -53,6 +57,7 @@ _ABOUT_FIRST = _ABOUT.order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 _ABOUT_NEXT = _ABOUT.where(_AFTER).order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 
 
+_ENCODED: dict[str, dict[bool, sa.TextClause]] = {}  # per dialect: first batch, next batch
 _ACTOR_TYPES = {member.value: member for member in ActorType}
 _EVENTS = {member.value: member for member in HistoryEvent}
 
@@ -76,13 +81,28 @@ class RightsSql(SqlBase):
         with self._read() as conn:
             return [to_memory(row) for row in conn.execute(statement, params)]
 
+    def memories_about_encoded(
+        self, subject_id: uuid.UUID, *, after: Any, limit: int
+    ) -> EncodedBatch:
+        with self._read() as conn:
+            dialect = conn.dialect.name
+            if dialect not in _ENCODED:
+                _ENCODED[dialect] = {
+                    first: about_statement(dialect, first=first) for first in (True, False)
+                }
+            return read_batch(conn, _ENCODED[dialect], subject_id, after, limit)
+
     def erase_subject(self, erasure: Erasure) -> int:
         subject = erasure.subject_id
         with self._write() as conn:
             # An idempotency key's fingerprint is a digest of the request, content included.
             about = sa.select(M.id).where(M.subject_id == subject)
+            about_pks = sa.select(M.pk).where(M.subject_id == subject)
             conn.execute(idempotency_keys.delete().where(idempotency_keys.c.memory_id.in_(about)))
             owners = self._vector_owners(conn, M.subject_id == subject)
+            # Set-based, rather than one foreign-key cascade per erased memory.
+            for table in (vector_queue, memory_vectors):
+                conn.execute(table.delete().where(table.c.memory_pk.in_(about_pks)))
             erased = self._delete_memories(conn, M.subject_id == subject)
             self._purge_vectors(conn, owners)  # no sealed copy of an erased vector remains
             conn.execute(memory_history.delete().where(H.subject_id == subject))
