@@ -168,3 +168,26 @@ def test_the_database_encodes_the_export_line_for_line(
     lines = b"".join(encoded_lines(rights.export_encoded(ctx, batch=3))).splitlines()
     assert [json.loads(line) for line in lines] == json.loads(json.dumps(expected))
     assert any(len(line["history"]) > 1 for line in expected)
+
+
+def test_a_deleted_memory_leaves_no_vector_queue_entry(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """The vector tables name their memory without a foreign key on PostgreSQL (migration
+    0012): the delete path removes their rows itself, for a delete as for an erasure."""
+    from mnemos.storage.schema import vector_queue
+
+    ann, _bob, _ann_bot, bob_bot = _people(world)
+    deleted = _store_about(client, bob_bot, ann, "to be deleted")
+    _store_about(client, bob_bot, ann, "to be erased")
+    with store._read() as conn:  # type: ignore[attr-defined]
+        pks = conn.execute(sa.select(memories.c.pk, memories.c.id)).all()
+        queued = set(conn.execute(sa.select(vector_queue.c.memory_pk)).scalars())
+    assert {pk for pk, _ in pks} <= queued
+    assert client.delete(f"/api/v1/me/memories/{deleted}", headers=ann.headers).status_code == 204
+    with store._read() as conn:  # type: ignore[attr-defined]
+        left = set(conn.execute(sa.select(vector_queue.c.memory_pk)).scalars())
+    assert left == {pk for pk, memory_id in pks if str(memory_id) != deleted}
+    client.post("/api/v1/me/memories/erase", json={"confirm": True}, headers=ann.headers)
+    with store._read() as conn:  # type: ignore[attr-defined]
+        assert conn.execute(sa.select(vector_queue.c.memory_pk)).all() == []

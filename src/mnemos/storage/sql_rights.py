@@ -32,11 +32,9 @@ from mnemos.storage.schema import (
     idempotency_keys,
     memories,
     memory_history,
-    memory_vectors,
     organizations,
     retention_policies,
     users,
-    vector_queue,
 )
 from mnemos.storage.sql_base import SqlBase
 from mnemos.storage.sql_export import about_statement, read_batch
@@ -97,12 +95,8 @@ class RightsSql(SqlBase):
         with self._write() as conn:
             # An idempotency key's fingerprint is a digest of the request, content included.
             about = sa.select(M.id).where(M.subject_id == subject)
-            about_pks = sa.select(M.pk).where(M.subject_id == subject)
             conn.execute(idempotency_keys.delete().where(idempotency_keys.c.memory_id.in_(about)))
             owners = self._vector_owners(conn, M.subject_id == subject)
-            # Set-based, rather than one foreign-key cascade per erased memory.
-            for table in (vector_queue, memory_vectors):
-                conn.execute(table.delete().where(table.c.memory_pk.in_(about_pks)))
             erased = self._delete_memories(conn, M.subject_id == subject)
             self._purge_vectors(conn, owners)  # no sealed copy of an erased vector remains
             conn.execute(memory_history.delete().where(H.subject_id == subject))

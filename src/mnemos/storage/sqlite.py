@@ -26,7 +26,7 @@ from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.rows import read_json
-from mnemos.storage.schema import memories
+from mnemos.storage.schema import memories, memory_vectors, vector_queue
 from mnemos.storage.search_plan import DRIVER_POSTINGS, TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
 from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
@@ -403,7 +403,12 @@ class SqliteStore(SqlStore):
         finally:
             WATCHDOG.release(token)
 
-    def _erase_rows(self, conn: Connection, where: sa.ColumnElement[bool]) -> int:
+    def _erase_rows(self, conn: Connection, where: sa.ColumnElement[bool]) -> list[int]:
+        # SQLite keeps the foreign keys of the vector tables (migration 0012): emptied by set
+        # first, their cascades find nothing.
+        chosen = sa.select(memories.c.pk).where(where)
+        for table in (vector_queue, memory_vectors):
+            conn.execute(table.delete().where(table.c.memory_pk.in_(chosen)))
         with unindexed_at_once(conn, where):
             return super()._erase_rows(conn, where)
 
