@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert
@@ -273,6 +274,13 @@ class PostgresStore(SqlStore):
     def close(self) -> None:
         super().close()
         self._search_engine.dispose()
+
+    KEYS_PER_STATEMENT = 1_000_000  # one array parameter, whatever its length
+
+    def _keys_in(self, column: sa.Column[Any], keys: list[int]) -> sa.ColumnElement[bool]:
+        # `= ANY(array)`: one parameter planned once, where IN with 10,000 parameters took
+        # seconds to plan.
+        return column == sa.any_(sa.literal(keys, type_=ARRAY(sa.BigInteger())))
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()

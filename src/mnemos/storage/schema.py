@@ -279,10 +279,13 @@ idempotency_keys = sa.Table(
 # organization, subject, room): sealed `vector_chunks` of CHUNK_ROWS vectors each, plus the
 # owner's `vector_tail`, the vectors not yet sealed into a chunk.
 
+# `memory_vectors` and `vector_queue` name their memory by `memory_pk` without a foreign key on
+# PostgreSQL (migration 0013: its cascade ran once per deleted memory): the one delete path of
+# memories deletes their rows by set (`SqlBase._delete_memories`). SQLite keeps the constraint.
 memory_vectors = sa.Table(
     "memory_vectors",
     metadata,
-    sa.Column("memory_pk", PK, sa.ForeignKey("memories.pk", ondelete="CASCADE"), primary_key=True),
+    sa.Column("memory_pk", PK, primary_key=True),
     sa.Column("model", sa.String(200), nullable=False),
     sa.Column("scale", sa.Float(), nullable=False),
     sa.Column("vector", sa.LargeBinary(), nullable=False),
@@ -291,7 +294,7 @@ memory_vectors = sa.Table(
 vector_queue = sa.Table(
     "vector_queue",
     metadata,
-    sa.Column("memory_pk", PK, sa.ForeignKey("memories.pk", ondelete="CASCADE"), primary_key=True),
+    sa.Column("memory_pk", PK, primary_key=True),
     # A process embedding this memory holds it until then; past it, anyone may take it over.
     sa.Column("claimed_until", UTCDateTime(), nullable=True),
 )
