@@ -174,7 +174,7 @@ def test_a_deleted_memory_leaves_no_vector_queue_entry(
     client: TestClient, world: World, store: Store
 ) -> None:
     """The vector tables name their memory without a foreign key on PostgreSQL (migration
-    0012): the delete path removes their rows itself, for a delete as for an erasure."""
+    0013): the delete path removes their rows itself, for a delete as for an erasure."""
     from mnemos.storage.schema import vector_queue
 
     ann, _bob, _ann_bot, bob_bot = _people(world)

@@ -33,6 +33,7 @@ from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
 from mnemos.storage.watchdog import Watchdog
 
 BUSY_TIMEOUT_MS = 30_000
+MMAP_BYTES = 1 << 30  # address space, not memory: SQLite maps at most the file's size
 WATCHDOG = Watchdog()  # one thread per process stops searches past their budget
 
 
@@ -198,6 +199,10 @@ def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
+        # Reads map the file instead of copying its pages into each connection's small cache:
+        # the vector search reads a scope's sign bits (~5 MB at 100,000 memories) on every
+        # query, 3x faster mapped (measured); the pages are the OS's, shared by every process.
+        cursor.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
         cursor.close()
 
     @sa.event.listens_for(engine, "begin")
