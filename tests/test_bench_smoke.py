@@ -52,7 +52,7 @@ def test_tiny_benchmark_run_with_wrk_and_two_workers(tmp_path: Path) -> None:
 
 
 def test_tiny_rights_benchmark_run(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "bench.rights", "--memories", "300", "--about", "200"]
+    command = [sys.executable, "-m", "bench.rights", "--memories", "500", "--about", "200"]
     done = subprocess.run(
         [*command, "--backend", "sqlite", "--baseline-seconds", "1", "--out", str(tmp_path)],
         cwd=ROOT,
