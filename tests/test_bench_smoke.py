@@ -82,7 +82,7 @@ def test_a_kept_database_serves_as_the_next_runs_template(tmp_path: Path) -> Non
 
 
 def test_tiny_rights_benchmark_run(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "bench.rights", "--memories", "300", "--about", "200"]
+    command = [sys.executable, "-m", "bench.rights", "--memories", "500", "--about", "200"]
     done = subprocess.run(
         [*command, "--backend", "sqlite", "--baseline-seconds", "1", "--out", str(tmp_path)],
         cwd=ROOT,

@@ -280,7 +280,7 @@ class SqlBase(abc.ABC):
         its trigger, PostgreSQL's tsvector with the row, the vector queue and vectors by set
         just after (`_forget_vectors`); a new index adds its cleanup here."""
         if by is None:  # an erasure: no history is kept
-            pks = self._erase_rows(conn, where)
+            pks = list(conn.execute(memories.delete().where(where).returning(M.pk)).scalars())
         else:
             statement = memories.delete().where(where)
             gone = conn.execute(statement.returning(M.pk, M.id, M.subject_id)).all()
@@ -306,12 +306,6 @@ class SqlBase(abc.ABC):
     def _keys_in(self, column: sa.Column[Any], keys: list[int]) -> sa.ColumnElement[bool]:
         """`column IN keys`, as the dialect runs it fastest for thousands of keys."""
         return column.in_(keys)
-
-    def _erase_rows(self, conn: Connection, where: sa.ColumnElement[bool]) -> list[int]:
-        """Delete the memories matching `where`, many at once, with no history (an erasure);
-        their `pk`s. The dialect's hook for a set-based cleanup of an index kept beside
-        `memories`."""
-        return list(conn.execute(memories.delete().where(where).returning(M.pk)).scalars())
 
     def _vector_owners(self, conn: Connection, where: sa.ColumnElement[bool]) -> set[str]:  # noqa: ARG002
         """The vector index's owners holding a vector of a memory matching `where` (read before

@@ -26,7 +26,7 @@ from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.rows import read_json
-from mnemos.storage.schema import memories, memory_vectors, vector_queue
+from mnemos.storage.schema import memories
 from mnemos.storage.search_plan import DRIVER_POSTINGS, TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
 from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
@@ -152,33 +152,6 @@ INDEX_REFILL_SQL = (
 """What `INDEX_TRIGGER` does for one new memory, done for every memory at once: `mnemos import`
 sets the trigger aside while it loads an empty database and fills the index once after
 (`transfer_bulk.py`; about 2.5 times faster than a trigger run per row)."""
-UNINDEX_TRIGGER = "memories_fts_ad"
-_FTS = sa.table(
-    "memories_fts", *(sa.column(c) for c in ("memories_fts", "rowid", "search_text", "scope"))
-)
-
-
-@contextmanager
-def unindexed_at_once(conn: Connection, where: sa.ColumnElement[bool]) -> Iterator[None]:
-    """For an erasure, inside its transaction: the FTS5 entries of every memory matching
-    `where` are removed by one statement (FTS5's 'delete' command fed by one INSERT .. SELECT)
-    and the per-row delete trigger is set aside while the block deletes those memories, then
-    restored from the SQL the schema holds. Being DDL in the same transaction, a crash leaves
-    the trigger as it was. Measured at 100,000 memories: the trigger's share of the erasure
-    falls by about a half."""
-    (trigger,) = conn.exec_driver_sql(
-        "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?", (UNINDEX_TRIGGER,)
-    ).one()
-    rows = sa.select(
-        sa.literal("delete"),
-        memories.c.pk,
-        memories.c.search_text,
-        sa.literal_column(scope_tokens_sql("memories")),
-    ).where(where)
-    conn.execute(sa.insert(_FTS).from_select(list(_FTS.c), rows))
-    conn.exec_driver_sql(f'DROP TRIGGER "{UNINDEX_TRIGGER}"')
-    yield
-    conn.exec_driver_sql(trigger)
 
 
 def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine:
@@ -386,15 +359,6 @@ class SqliteStore(SqlStore):
             raise
         finally:
             WATCHDOG.release(token)
-
-    def _erase_rows(self, conn: Connection, where: sa.ColumnElement[bool]) -> list[int]:
-        # SQLite keeps the foreign keys of the vector tables (migration 0013_rights): emptied by set
-        # first, their cascades find nothing.
-        chosen = sa.select(memories.c.pk).where(where)
-        for table in (vector_queue, memory_vectors):
-            conn.execute(table.delete().where(table.c.memory_pk.in_(chosen)))
-        with unindexed_at_once(conn, where):
-            return super()._erase_rows(conn, where)
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
