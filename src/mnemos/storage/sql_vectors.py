@@ -392,15 +392,9 @@ class VectorsSql(SqlBase):
         if not owners:
             return np.empty(0, np.int64), np.empty(0, np.int32)
         wanted = sorted(owners)
-        chunks = self._blob_rows(
-            conn, sa.select(C.pks, C.bits).where(C.owner.in_(wanted), C.model == model)
-        )
-        tail = self._blob_rows(
-            conn,
-            sa.select(V.memory_pk, V.vector)
-            .join(vector_tail, T.memory_pk == V.memory_pk)
-            .where(T.owner.in_(wanted), V.model == model),
-        )
+        params = {"owners": wanted, "model": model}
+        chunks = self._blob_rows(conn, "chunk bits", params)
+        tail = self._blob_rows(conn, "tail vectors", params)
         width = len(probe)
         pks = [np.frombuffer(bytes(row[0]), dtype="<i8") for row in chunks]
         bits = [np.frombuffer(bytes(row[1]), dtype=np.uint8) for row in chunks]
@@ -424,23 +418,38 @@ class VectorsSql(SqlBase):
         memory once; a memory deleted or re-embedded by another model since is left out."""
         if len(candidates) == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        rows = self._blob_rows(
-            conn,
-            sa.select(V.memory_pk, V.scale, V.vector).where(
-                V.memory_pk.in_(np.unique(candidates).tolist()), V.model == model
-            ),
-        )
+        keys = np.unique(candidates).tolist()
+        rows = self._blob_rows(conn, "vectors", {"keys": keys, "model": model})
         if not rows:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        keys = np.asarray([row[0] for row in rows], dtype=np.int64)
+        found = np.asarray([row[0] for row in rows], dtype=np.int64)
         scales = np.asarray([row[1] for row in rows], dtype=np.float32)
         vectors = _int8_rows(b"".join(bytes(row[2]) for row in rows), len(rows))
-        return keys, int8_scores(vectors, scales, probe)
+        return found, int8_scores(vectors, scales, probe)
 
-    def _blob_rows(self, conn: Connection, statement: sa.Select[Any]) -> Sequence[Any]:
-        """The rows of a statement that reads blobs (a dialect hook: PostgreSQL reads them in
-        binary, not as hex text)."""
-        return conn.execute(statement).all()
+    def _blob_rows(self, conn: Connection, name: str, params: dict[str, Any]) -> Sequence[Any]:
+        """The rows of `BLOB_READS[name]` (a dialect hook: PostgreSQL reads them in binary,
+        not as hex text)."""
+        return conn.execute(BLOB_READS[name], params).all()
+
+
+def _keys_in(column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+    return column.in_(sa.bindparam(name, expanding=True))
+
+
+BLOB_READS: dict[str, sa.Select[Any]] = {
+    "chunk bits": sa.select(C.pks, C.bits).where(
+        _keys_in(C.owner, "owners"), C.model == sa.bindparam("model")
+    ),
+    "tail vectors": sa.select(V.memory_pk, V.vector)
+    .join(vector_tail, T.memory_pk == V.memory_pk)
+    .where(_keys_in(T.owner, "owners"), V.model == sa.bindparam("model")),
+    "vectors": sa.select(V.memory_pk, V.scale, V.vector).where(
+        _keys_in(V.memory_pk, "keys"), V.model == sa.bindparam("model")
+    ),
+}
+"""The statements that read the search's blobs, built once: each binds a list (`owners` or
+`keys`) and the `model`."""
 
 
 def _int8_rows(blob: bytes, rows: int) -> NDArray[np.int8]:
