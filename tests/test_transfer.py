@@ -288,11 +288,16 @@ def test_fifty_thousand_memories_import_with_progress_and_a_summary(
 
 def _derived(url: str) -> dict[str, Any]:
     """What the set-aside triggers derive from memories: the embedding queue, and on SQLite the
-    FTS index (every memory each indexed word and scope token finds)."""
+    FTS index (every memory each indexed word and scope token finds), by memory id: `--merge`
+    numbers the rows of `memories` itself (no foreign key points at its `pk`)."""
     engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.connect() as conn:
         found: dict[str, Any] = {
-            "queue": sorted(conn.exec_driver_sql("SELECT memory_pk FROM vector_queue").scalars())
+            "queue": sorted(
+                conn.exec_driver_sql(
+                    "SELECT m.id FROM vector_queue q JOIN memories m ON m.pk = q.memory_pk"
+                ).scalars()
+            )
         }
         if conn.dialect.name == "sqlite":
             words = {
@@ -303,13 +308,15 @@ def _derived(url: str) -> dict[str, Any]:
             for word in sorted(words):
                 found[word] = sorted(
                     conn.exec_driver_sql(
-                        "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?",
+                        "SELECT m.id FROM memories_fts f JOIN memories m ON m.pk = f.rowid "
+                        "WHERE memories_fts MATCH ?",
                         (f'"{word}"',),
                     ).scalars()
                 )
             found["tokens"] = sorted(
                 conn.exec_driver_sql(
-                    "SELECT rowid FROM memories_fts WHERE scope MATCH 'zzorg*'"
+                    "SELECT m.id FROM memories_fts f JOIN memories m ON m.pk = f.rowid "
+                    "WHERE f.scope MATCH 'zzorg*'"
                 ).scalars()
             )
     engine.dispose()
