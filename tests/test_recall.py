@@ -767,3 +767,22 @@ def test_another_organizations_words_change_nothing_here(
     for n in range(5):
         put(app_client, outsider, f"quixotrel private note {n}")
     assert answer() == before
+
+
+def test_keyword_pages_stay_put_while_another_organization_writes(
+    app_client: TestClient, acme: dict[str, Actor]
+) -> None:
+    """SQLite's bm25 moves with the whole index: Eve's writes between two pages of Ann's
+    agent's search neither repeat nor skip anything of it."""
+    writer, outsider = acme["writer"], acme["outsider"]
+    for text in RAFTING:
+        put(app_client, writer, text)
+    first = search(app_client, writer, "rafting", mode="keyword", limit=5)
+    for n in range(20):
+        put(app_client, outsider, f"rafting trip {n} of another company")
+    cursor = first["meta"]["next_cursor"]
+    rest = every_page(
+        app_client, writer, "rafting", human=False, mode="keyword", limit=5, cursor=cursor
+    )
+    served = ids(first) + [memory_id for page in rest for memory_id in page]
+    assert sorted(served) == sorted(listed(app_client, writer))
