@@ -1,22 +1,27 @@
 """What MCP costs next to REST: the same search, one client, over `/mcp` and over the REST API.
 
-    python -m bench.mcp_vs_rest --memories 100000 --backend sqlite --backend postgresql
+    python -m bench.mcp_vs_rest --memories 20000 --embedder local --backend sqlite
 
-For each backend: load the benchmark's seeded data set, start `mnemos serve` (one process), and
-send the same search for the agent with ~10,000 memories (`marigold`, about 1% of them) over
-each path below, one request at a time, the paths taking turns so that drift hits them alike:
+For each backend: load the benchmark's seeded data set (with `--embedder local`, embed it all
+before the server starts, so no embedding runs during the measurement), start `mnemos serve`
+(one process, the same `MNEMOS_EMBEDDER`), and send the same search for the agent with the most
+memories (`marigold`, about 1% of them) over each path below, one request at a time, the paths
+taking turns so that drift hits them alike:
 
-- `rest list`: `GET /api/v1/agent/memories?content_query=...` (newest first: REST has no ranked
-  search route; it is the REST path closest to `search_memories`);
-- `mcp search_memories`: the tool, ranked by relevance, through the official `mcp` client
-  (`ClientSession` over streamable HTTP, one session);
-- `mcp list_memories`: the tool that makes the very same domain call as `rest list`, through
-  the same client: the protocol's own cost;
+- `rest search`: `GET /api/v1/agent/memories/search?query=...` (hybrid, the default mode; by
+  keyword with `--embedder none`): the very search `search_memories` makes, the baseline;
+- `mcp search_memories`: the tool through the official `mcp` client's `ClientSession` over
+  streamable HTTP (one session; the 2025-11-25 protocol, which the SDK serves statelessly with a
+  transport and a task per request);
+- `mcp search_memories, 2026`: the same through the SDK's high-level `Client`, which negotiates
+  the 2026-07-28 protocol (one self-contained POST, handled in the request's task);
 - `mcp search_memories, raw`: the same `tools/call` posted as JSON-RPC with httpx (no SDK
-  client): the server's share of the MCP cost.
+  client, no protocol header: the 2025 path): the server's share of the MCP cost;
+- `rest list` and `mcp list_memories`: `content_query` lists, newest first, the same domain call
+  both ways: the protocol's cost on a cheaper call.
 
-Writes `bench/results/2026-12-01/mcp/<backend>.json` and prints a Markdown table. Loopback only,
-bounded by `--requests`.
+Writes `<out>/<backend>.json` (default `bench/results/2026-12-02/recall/`) and prints a Markdown
+table. Loopback only, bounded by `--requests`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import socket
 import tempfile
@@ -35,16 +41,18 @@ from typing import Any
 
 import httpx
 import httpx2
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from bench.dataset import MID, load
 from bench.run import Figures, database, figures, settle, start_server
 from mnemos.config import Settings
+from mnemos.embedding import load_embedder
+from mnemos.indexer import drain
 from mnemos.storage import migrate, open_store
 from mnemos.storage.sql import SqlStore
 
-OUT = Path(__file__).parent / "results" / "2026-12-01" / "mcp"
+OUT = Path(__file__).parent / "results" / "2026-12-02" / "recall"
 WARMUP = 30
 LIMIT = 20
 
@@ -75,9 +83,21 @@ async def measure(base: str, key: str, requests: int) -> dict[str, Figures]:
         httpx2.AsyncClient(headers=auth) as http,
         streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
         ClientSession(read, write) as session,
+        httpx2.AsyncClient(headers=auth) as http_2026,
+        Client(streamable_http_client(f"{base}/mcp", http_client=http_2026)) as modern,
     ):
         await session.initialize()
         await session.list_tools()  # the client learns the output schemas it validates against
+        await modern.list_tools()
+
+        async def rest_search() -> None:
+            answer = await rest.get("/api/v1/agent/memories/search", params=search)
+            assert answer.status_code == 200 and answer.json()["data"], answer.text
+
+        async def mcp_search_2026() -> None:
+            result = await modern.call_tool("search_memories", search)
+            assert not result.is_error and result.structured_content
+            assert result.structured_content["memories"]
 
         async def rest_list() -> None:
             answer = await rest.get("/api/v1/agent/memories", params=listing)
@@ -99,10 +119,12 @@ async def measure(base: str, key: str, requests: int) -> dict[str, Figures]:
             assert answer.json()["result"]["structuredContent"]["memories"]
 
         probes: dict[str, Probe] = {
-            "rest list": rest_list,
+            "rest search": rest_search,
             "mcp search_memories": mcp_search,
-            "mcp list_memories": mcp_list,
+            "mcp search_memories, 2026": mcp_search_2026,
             "mcp search_memories, raw": mcp_raw,
+            "rest list": rest_list,
+            "mcp list_memories": mcp_list,
         }
         latencies: dict[str, list[float]] = {name: [] for name in probes}
         spent: dict[str, float] = dict.fromkeys(probes, 0.0)
@@ -117,7 +139,7 @@ async def measure(base: str, key: str, requests: int) -> dict[str, Figures]:
     return {name: figures(latencies[name], spent[name]) for name in probes}
 
 
-def run_backend(backend: str, count: int, requests: int) -> dict[str, Any]:
+def run_backend(backend: str, count: int, requests: int, embedder: str) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-mcp-bench-"))
     url, drop = database(backend, tmp)
     try:
@@ -126,19 +148,24 @@ def run_backend(backend: str, count: int, requests: int) -> dict[str, Any]:
         store = open_store(settings)
         assert isinstance(store, SqlStore)
         data = load(store, count)
+        model = load_embedder(embedder)
+        embedded = drain(store, model) if model is not None else 0
         settle(store)
         store.close()
         port = free_port()
+        os.environ["MNEMOS_EMBEDDER"] = embedder  # the server's (start_server passes os.environ)
         server = start_server(url, port, 1)
         try:
             results = asyncio.run(measure(f"http://127.0.0.1:{port}", data.big_agent_key, requests))
         finally:
             server.terminate()
             server.wait(timeout=60)
-        rest = results["rest list"]
+        baseline = {"rest list": results["rest list"], "mcp list_memories": results["rest list"]}
         return {
             "backend": backend,
             "memories": count,
+            "embedder": embedder,
+            "embedded": embedded,
             "requests": requests,
             "query": MID,
             "limit": LIMIT,
@@ -149,10 +176,11 @@ def run_backend(backend: str, count: int, requests: int) -> dict[str, Any]:
                     "p95": round(row.p95, 3),
                     "p99": round(row.p99, 3),
                     "rate": round(row.rate, 1),
-                    "vs rest p50": round(row.p50 / rest.p50, 2),
-                    "vs rest p95": round(row.p95 / rest.p95, 2),
+                    "vs rest p50": round(row.p50 / baseline.get(name, rest).p50, 2),
+                    "vs rest p95": round(row.p95 / baseline.get(name, rest).p95, 2),
                 }
                 for name, row in results.items()
+                for rest in [results["rest search"]]
             },
         }
     finally:
@@ -162,8 +190,9 @@ def run_backend(backend: str, count: int, requests: int) -> dict[str, Any]:
 
 def markdown(run: dict[str, Any]) -> str:
     lines = [
-        f"{run['backend']}, {run['memories']:,} memories, 1 client, {run['requests']} requests "
-        f"per path (ms):",
+        f"{run['backend']}, {run['memories']:,} memories, embedder {run['embedder']}, 1 client, "
+        f"{run['requests']} requests per path (ms; searches vs `rest search`, lists vs `rest "
+        f"list`):",
         "",
         "| path | p50 | p95 | p99 | vs REST p50 | vs REST p95 |",
         "|---|---|---|---|---|---|",
@@ -181,11 +210,12 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--backend", action="append", choices=["sqlite", "postgresql"])
     parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--embedder", choices=["local", "none"], default="none")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for backend in args.backend or ["sqlite"]:
-        run = run_backend(backend, args.memories, args.requests)
+        run = run_backend(backend, args.memories, args.requests, args.embedder)
         run["date"] = datetime.now(UTC).isoformat(timespec="seconds")
         (args.out / f"{backend}.json").write_text(json.dumps(run, indent=2) + "\n")
         print(markdown(run) + "\n")

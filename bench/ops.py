@@ -6,8 +6,8 @@ Loads the benchmark's seeded data set into SQLite, exports it (`mnemos export`'s
 imports the file into a fresh database of each backend given (`mnemos import`'s code path),
 reporting rows per second and memories per second. Then, on SQLite with the same data, serves
 the agent list (~10,000 memories) from two servers at once, `MNEMOS_METRICS` off and on, asked
-in turn, and reports p50s and their ratio. Writes `bench/results/<date>/ops/ops.json`. Loopback only; every
-loop is bounded.
+in turn, and reports p50s and their ratio (`--rounds 0` skips that part). Writes
+`bench/results/<date>/import/ops.json`. Loopback only; every loop is bounded.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from mnemos.storage import migrate, open_store
 from mnemos.storage.transfer import export_database
 from mnemos.storage.transfer_import import import_database
 
-RESULTS = Path(__file__).parent / "results" / "2026-12-01" / "ops"
+RESULTS = Path(__file__).parent / "results" / "2026-12-02" / "import"
 
 
 def transfer(count: int, backends: list[str], tmp: Path) -> tuple[dict[str, Any], str, str]:
@@ -68,6 +68,7 @@ def transfer(count: int, backends: list[str], tmp: Path) -> tuple[dict[str, Any]
         url, drop = database(backend, target_dir)
         try:
             migrate(Settings(database_url=url))
+            load_before = os.getloadavg()[0]  # other work on the shared machine
             started, cpu = time.perf_counter(), time.process_time()
             with dump.open("rb") as lines:
                 imported = import_database(url, lines)
@@ -83,6 +84,7 @@ def transfer(count: int, backends: list[str], tmp: Path) -> tuple[dict[str, Any]
                 # client's share on PostgreSQL. On a shared machine wall time waits for cores.
                 "cpu_seconds": round(cpu_seconds, 2),
                 "memories_per_cpu_second": round(imported.rows.get("memories", 0) / cpu_seconds),
+                "load_average_1m_before": round(load_before, 2),
             }
             print(f"  import into {backend}: {found['import'][backend]}", file=sys.stderr)
         finally:
@@ -161,7 +163,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-bench-ops-"))
     try:
         found, source, key = transfer(args.memories, args.backend or ["sqlite"], tmp)
-        found["metrics"] = metrics_cost(source, key, args.requests, args.rounds)
+        if args.rounds:
+            found["metrics"] = metrics_cost(source, key, args.requests, args.rounds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     result = {

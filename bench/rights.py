@@ -2,24 +2,30 @@
 
     python -m bench.rights --memories 1000000 --about 100000 --backend sqlite --backend postgresql
 
-For each backend: load the seeded data set (`bench/dataset.py`, `--memories`), add `--about`
-memories about one person, start `mnemos serve` (one process), then measure:
+For each backend: load `--memories` memories in bulk (SQL in one transaction, not the HTTP API),
+the last `--about` of them about one person, start `mnemos serve` (one process, no embedder),
+then measure:
 
 - the list latency of other callers (another agent's newest-first page) with `--clients`
   clients, before and during the erasure;
 - the export of everything about the person (`GET /api/v1/me/memories/export`): memories per
   second, and the server's resident memory before and at its peak;
-- the erasure (`POST /api/v1/me/memories/erase`): its time, and that nothing about the person is
-  left (rows and search hits).
+- the erasure (`POST /api/v1/me/memories/erase`): its request time on loopback (the server's
+  time plus a millisecond), and that nothing about the person is left (rows and search hits);
+- others' p50 list latency during the export and during the erasure against normal, in the same
+  run (the ratios are the readable figures on a shared machine).
 
-Writes `bench/results/2026-12-01/rights/<backend>.json` and prints a Markdown table.
+Writes `bench/results/2026-12-02/rights/<backend>-<memories>.json` and prints a Markdown table.
 Loopback only; every loop is bounded.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
+import random
 import shutil
 import socket
 import sys
@@ -27,24 +33,30 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.dataset import load
+from bench.dataset import vocabulary
 from bench.run import Rss, database, percentile, settle, start_server
 from mnemos.config import Settings
 from mnemos.domain import accounts
+from mnemos.domain.history import SERVER
 from mnemos.domain.ids import uuid7
-from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.models import HistoryEvent, Memory, MemoryType, Scope, Segment, Status, System
 from mnemos.domain.queries import ALL_STATUSES, Audience, MemoryQuery
 from mnemos.domain.search import parse_search
 from mnemos.storage import migrate, open_store
+from mnemos.storage.history_rows import history_row
+from mnemos.storage.rows import memory_values
+from mnemos.storage.schema import memories, memory_history
 from mnemos.storage.sql import SqlStore
+from mnemos.storage.transfer_bulk import bulk_load as indexes_aside
 
-RESULTS = Path(__file__).parent / "results" / "2026-12-01" / "rights"
+RESULTS = Path(__file__).parent / "results" / "2026-12-02" / "rights"
 WORD = "quokkabanana"
 BATCH = 5_000
 
@@ -55,39 +67,70 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def add_person(
-    store: SqlStore, org: uuid.UUID, agent: uuid.UUID, about: int
-) -> tuple[str, uuid.UUID]:
-    """A person with `about` memories about them (every status), stored by `agent`."""
-    issued = accounts.create_user(store, "Subject", f"s-{uuid.uuid4().hex[:8]}@bench.test", org)
-    start = datetime.now(UTC) - timedelta(days=300)
+@dataclass
+class Loaded:
+    person_key: str
+    person_id: uuid.UUID
+    lister_key: str  # another person's agent, listing its own memories during the runs
+
+
+def bulk_load(store: SqlStore, count: int, about: int, seed: int = 1) -> Loaded:
+    """`count` memories in one transaction through SQL (no HTTP, no per-memory store call): on
+    indexes, foreign keys and the index triggers set aside as `mnemos import` does, each with
+    its `created` history row. `about` of them, the last ones stored, are about one person
+    (every status), stored by one agent; the others are spread over 100 agents of 10
+    organizations, with 8-40 words from the bench's Zipf vocabulary."""
+    rng = random.Random(seed)
+    words = vocabulary(rng)
+    # Cumulative weights once: `choices` would sum 5,000 weights for every memory.
+    cumulative = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(words))))
+    orgs = [accounts.create_organization(store, f"Bench org {i}") for i in range(10)]
+    people = [
+        accounts.create_user(store, f"P{i}", f"p{i}-{uuid.uuid4().hex[:6]}@b.test", orgs[i % 10].id)
+        for i in range(40)
+    ]
+    agents = [
+        accounts.create_agent(store, people[i % 40].user.id, f"A{i}", None) for i in range(100)
+    ]
+    person = people[0]
     statuses = (Status.ACTIVE, Status.ACTIVE, Status.ACTIVE, Status.SUPERSEDED, Status.ARCHIVED)
-    for at in range(0, about, BATCH):
-        store.replace_memories(
-            [
-                Memory(
-                    uuid7(),
-                    f"{WORD} likes tea number {i} and walks by the harbor",
-                    "bench",
-                    System.LONG_TERM,
-                    MemoryType.SEMANTIC,
-                    Segment.USER,
-                    Scope.SUBJECT,
-                    issued.user.id,
-                    org,
-                    agent,
-                    None,
-                    {"n": i},
-                    statuses[i % 5],
-                    start + timedelta(seconds=i),
-                    start + timedelta(seconds=i),
-                )  # fmt: skip
-                for i in range(at, min(about, at + BATCH))
-            ],
-            [],
-            datetime.now(UTC),
-        )
-    return issued.api_key, issued.user.id
+    start = datetime.now(UTC) - timedelta(days=400)
+    step = timedelta(days=400) / max(count, 1)
+
+    def memory(i: int) -> Memory:
+        mine = i >= count - about
+        index = 0 if mine else rng.randrange(1, 100)
+        scope = Scope.SUBJECT if mine else (Scope.AGENT, Scope.SUBJECT, Scope.ORGANIZATION)[i % 3]
+        text = rng.choices(words, cum_weights=cumulative, k=rng.randint(8, 40))
+        if mine:
+            text[0] = WORD
+        subject = person.user.id if mine else None
+        if scope is Scope.SUBJECT and not mine:
+            subject = people[rng.randrange(1, 40)].user.id
+        at = start + step * i
+        return Memory(
+            uuid7(int(at.timestamp() * 1000)), " ".join(text), "bench", System.LONG_TERM,
+            MemoryType.SEMANTIC, Segment.USER, scope, subject,
+            None if scope is Scope.AGENT else orgs[(index % 40) % 10].id,
+            agents[index].agent.id, None, {"n": i}, statuses[i % 5] if mine else Status.ACTIVE,
+            at, at,
+        )  # fmt: skip
+
+    began = time.monotonic()
+    with store._write() as conn, indexes_aside(conn, ["memories", "memory_history"]):
+        for at in range(0, count, BATCH):
+            batch = [memory(i) for i in range(at, min(count, at + BATCH))]
+            conn.execute(memories.insert(), [memory_values(m) for m in batch])
+            created = HistoryEvent.CREATED
+            conn.execute(
+                memory_history.insert(),
+                [history_row(m.id, m.subject_id, created, SERVER, m.inserted_at) for m in batch],
+            )
+            done = at + len(batch)
+            rate = done / max(time.monotonic() - began, 1e-6)
+            print(f"\r  loading {done:,}/{count:,} ({rate:,.0f}/s)", end="", file=sys.stderr)
+    print(file=sys.stderr)
+    return Loaded(person.api_key, person.user.id, agents[1].api_key)
 
 
 def left_about(store: SqlStore, person: uuid.UUID) -> tuple[int, int]:
@@ -218,7 +261,15 @@ def measure(
             "left_rows_and_search_hits": left_about(store, person),
         },
         "list_during_erase": latency(during_erase),
+        "list_p50_ratio_during_erase": _ratio(during_erase, normal),
+        "list_p50_ratio_during_export": _ratio(during_export, normal),
     }
+
+
+def _ratio(during: list[float], normal: list[float]) -> float | None:
+    if not during or not normal:
+        return None
+    return round(percentile(during, 0.5) / percentile(normal, 0.5), 2)
 
 
 def run_backend(
@@ -227,27 +278,24 @@ def run_backend(
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-bench-rights-"))
     url, drop = database(backend, tmp)
     try:
-        settings = Settings(database_url=url)
+        settings = Settings(database_url=url, embedder="none")
         migrate(settings)
         store = open_store(settings)
         assert isinstance(store, SqlStore)
         began = time.monotonic()
-        data = load(store, count)
-        ctx = store.agent_by_key(accounts.hash_key(data.big_agent_key))
-        assert ctx is not None
-        person_key, person = add_person(store, data.org_id, ctx.agent.id, about)
+        loaded = bulk_load(store, count, about)
         load_seconds = time.monotonic() - began
         settle(store)
         port = free_port()
         server = start_server(url, port, workers=1)
         try:
-            keys = {"person": person_key, "other_agent": data.small_agent_key}
+            keys = {"person": loaded.person_key, "other_agent": loaded.lister_key}
             result = measure(
                 f"http://127.0.0.1:{port}",
                 store,
                 server.pid,
                 keys,
-                person,
+                loaded.person_id,
                 about,
                 clients,
                 baseline,
@@ -258,7 +306,7 @@ def run_backend(
         store.close()
         return {
             "backend": backend,
-            "memories": count + about,
+            "memories": count,
             "load_seconds": round(load_seconds, 1),
             "workers": 1,
             **result,
@@ -280,7 +328,7 @@ def markdown(run: dict[str, Any]) -> str:
             f"| erase {e['erased']:,} memories (request time) | {e['seconds']:.2f} s |",
             f"| left after erasure (rows, search hits) | {tuple(e['left_rows_and_search_hits'])} |",
             f"| others' list p50 / p95, normal | {n['p50_ms']} / {n['p95_ms']} ms |",
-            f"| others' list p50 / p95, during erasure | {de['p50_ms']} / {de['p95_ms']} ms ({de['requests']} requests) |",  # noqa: E501
+            f"| others' list p50 / p95, during erasure | {de['p50_ms']} / {de['p95_ms']} ms ({de['requests']} requests; p50 {run['list_p50_ratio_during_erase']}x normal) |",  # noqa: E501
             f"| export {x['memories']:,} memories | {x['seconds']:.2f} s, {x['memories_per_second']:,}/s |",  # noqa: E501
             f"| server RSS idle / peak during export | {x['server_rss_idle_mib']} / {x['server_rss_peak_during_export_mib']} MiB |",  # noqa: E501
             f"| others' list p50 / p95, during export | {dx['p50_ms']} / {dx['p95_ms']} ms |",
@@ -292,13 +340,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--memories", type=int, default=1_000_000, help="the background data set")
+    parser.add_argument(
+        "--memories", type=int, default=1_000_000, help="memories in all, --about included"
+    )
     parser.add_argument("--about", type=int, default=100_000, help="memories about one person")
     parser.add_argument("--backend", action="append", choices=["sqlite", "postgresql"])
     parser.add_argument("--clients", type=int, default=2, help="other callers listing")
     parser.add_argument("--baseline-seconds", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    # No embedding worker in the server: it would embed the whole data set during the runs.
+    os.environ["MNEMOS_EMBEDDER"] = "none"
     args.out.mkdir(parents=True, exist_ok=True)
     for backend in args.backend or ["sqlite", "postgresql"]:
         run = run_backend(backend, args.memories, args.about, args.clients, args.baseline_seconds)

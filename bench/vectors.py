@@ -4,12 +4,14 @@ the API.
 Embedding 1,000,000 texts with the local model takes 40+ minutes on this machine, so the bulk's
 vectors are synthetic: unit vectors drawn around 2,000 topic centres (each at cosine ~0.7 to its
 centre, so neighbours sit at 0.4-0.6 as with real sentence embeddings), int8-quantised and laid
-out exactly as the embedding worker lays them out (full chunks of 256 per owner, the rest in the
-owner's tail), under the local model's name, so the server searches them. Every search goes
-through the real API and embeds its query with the real local model; memories stored during the
-run are embedded by the server's own worker, which runs while the store row is measured.
-Scoring is exact, so latency does not depend on the vectors' values; recall@10 against exact
-float32 search is measured in-process with probes drawn from the same distribution.
+out exactly as the embedding worker lays them out (full chunks of 256 per owner with their sign
+bits, the rest in the owner's tail), under the local model's name, so the server searches them.
+Every search goes through the real API and embeds its query with the real local model; memories
+stored during the run are embedded by the server's own worker, which runs while the store row is
+measured. The search reads the same number of bytes whatever the vectors' values (sign bits of
+the scope, then `RESCORE` int8 vectors), so latency does not depend on them; recall@10 against
+exact float32 search is measured in-process with probes drawn from the same distribution
+(bench/bit_recall.py measures it on real embeddings).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from mnemos.storage.schema import (
     vector_tail,
 )
 from mnemos.storage.sql import SqlStore
-from mnemos.storage.sql_vectors import CHUNK_ROWS, OWNER_COLUMNS, owner_key, quantize
+from mnemos.storage.sql_vectors import CHUNK_ROWS, OWNER_COLUMNS, owner_key
+from mnemos.storage.vector_codes import quantize, sign_bits
 
 DIMENSIONS = 384
 TOPICS = 2_000
@@ -76,6 +79,7 @@ def fill(store: SqlStore, data: Dataset, seed: int = 7) -> dict[str, Any]:
     count = len(rows)
     floats = _draw(rng, centres, count)
     quantized, scales = quantize(floats)
+    bits = sign_bits(quantized)
     kept: dict[str, Any] = {"agent": [], "org": []}
     by_owner: dict[str, list[int]] = defaultdict(list)
     for index, row in enumerate(rows):
@@ -118,6 +122,7 @@ def fill(store: SqlStore, data: Dataset, seed: int = 7) -> dict[str, Any]:
                         "pks": pks[part].astype("<i8").tobytes(),
                         "scales": scales[part].astype("<f4").tobytes(),
                         "vectors": quantized[part].tobytes(),
+                        "bits": bits[part].tobytes(),
                     }
                 )
                 if len(batch) == 200:

@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = {"rest list", "mcp search_memories", "mcp list_memories", "mcp search_memories, raw"}
+PATHS = {
+    "rest search",
+    "mcp search_memories",
+    "mcp search_memories, 2026",
+    "mcp search_memories, raw",
+    "rest list",
+    "mcp list_memories",
+}
 
 
 def test_tiny_mcp_vs_rest_run(tmp_path: Path) -> None:

@@ -282,15 +282,133 @@ def test_fifty_thousand_memories_import_with_progress_and_a_summary(
             ]
             page = moved.get(AGENT, params={"limit": 100}, headers=agent.headers).json()
             assert len(page["data"]) == 100 and page["meta"]["next_cursor"]
-        if backend == "sqlite":  # indexes and triggers set aside for the load are all back
-            assert _schema(target) == _schema(database_url)
+        # indexes, foreign keys and triggers set aside for the load are all back
+        assert _catalog(target) == _catalog(database_url)
 
 
-def _schema(url: str) -> list[tuple[str, str, str]]:
-    engine = sa.create_engine(url)
+def _derived(url: str) -> dict[str, Any]:
+    """What the set-aside triggers derive from memories: the embedding queue, and on SQLite the
+    FTS index (every memory each indexed word and scope token finds)."""
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.connect() as conn:
-        found = conn.exec_driver_sql(
-            "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
-        ).all()
+        found: dict[str, Any] = {
+            "queue": sorted(conn.exec_driver_sql("SELECT memory_pk FROM vector_queue").scalars())
+        }
+        if conn.dialect.name == "sqlite":
+            words = {
+                word
+                for text in conn.exec_driver_sql("SELECT search_text FROM memories").scalars()
+                for word in text.split()
+            }
+            for word in sorted(words):
+                found[word] = sorted(
+                    conn.exec_driver_sql(
+                        "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?",
+                        (f'"{word}"',),
+                    ).scalars()
+                )
+            found["tokens"] = sorted(
+                conn.exec_driver_sql(
+                    "SELECT rowid FROM memories_fts WHERE scope MATCH 'zzorg*'"
+                ).scalars()
+            )
     engine.dispose()
-    return [tuple(row) for row in found]
+    return found
+
+
+def _catalog(url: str) -> list[tuple[Any, ...]]:
+    """Indexes, triggers and constraints of the database, as its catalog describes them."""
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        if conn.dialect.name == "sqlite":
+            query = "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
+        else:
+            query = (
+                "SELECT 'index', indexname, indexdef FROM pg_indexes "
+                "WHERE schemaname = current_schema() UNION ALL "
+                "SELECT 'constraint', conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                "WHERE connamespace = current_schema()::regnamespace UNION ALL "
+                "SELECT 'trigger', tgname, tgenabled::text FROM pg_trigger WHERE NOT tgisinternal "
+                "ORDER BY 1, 2"
+            )
+        found = [tuple(row) for row in conn.exec_driver_sql(query)]
+    engine.dispose()
+    return found
+
+
+def test_the_fast_import_answers_as_a_row_by_row_import(
+    client: TestClient, world: World, database_url: str, tmp_path: Path
+) -> None:
+    """Into an empty database indexes, foreign keys and the FTS / embedding-queue triggers are
+    set aside and rebuilt once (`transfer_bulk.py`); `--merge` inserts row by row with every
+    trigger firing: both give the same answers, the same derived data, the same schema."""
+    people, agents, _ = build(client, world)
+    export = dump(database_url)
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "fast") as fast, fresh(backend, tmp_path / "slow") as slow:
+        schema = _catalog(fast)
+        import_database(fast, [*io.BytesIO(export)])
+        import_database(slow, [*io.BytesIO(export)], merge=True)  # empty: every row goes in
+        assert _catalog(fast) == schema
+        assert _derived(fast) == _derived(slow)
+        assert len(_derived(fast)["queue"]) == export.count(b'"t":"memories"')
+        cursors: dict[str, str] = {}
+        with client_on(slow) as row_by_row:
+            expected = answers(row_by_row, people, agents, cursors)
+        with client_on(fast) as loaded:
+            assert answers(loaded, people, agents, cursors) == expected
+            for agent in agents:  # full-text search finds each memory by its own words
+                page = loaded.get(AGENT, params={"limit": 5}, headers=agent.headers).json()
+                for row in page["data"]:
+                    word = max(index_text(row["content"]).split(), key=len)
+                    found = loaded.get(
+                        AGENT, params={"content_query": word, "limit": 100}, headers=agent.headers
+                    )
+                    assert row["id"] in {hit["id"] for hit in found.json()["data"]}, word
+
+
+BAD_VALUES = [
+    ("organizations", "id", "not-a-uuid"),
+    ("organizations", "inserted_at", "2026-13-01T00:00:00.000000+00:00"),
+    ("organizations", "inserted_at", "yesterday"),
+    ("organizations", "memory_enabled", "yes"),
+    ("organizations", "name", None),
+    ("organizations", "name", 5),
+    ("memories", "content", ["a list"]),
+    ("memories", "id", "duplicate"),  # the id of another memory
+    ("memories", "organization_id", 12),
+]
+
+
+@pytest.mark.parametrize(("table", "column", "value"), BAD_VALUES)
+def test_a_bad_value_is_refused_and_leaves_nothing(
+    client: TestClient,
+    world: World,
+    database_url: str,
+    tmp_path: Path,
+    table: str,
+    column: str,
+    value: Any,
+) -> None:
+    build(client, world)
+    export = dump(database_url)
+    lines = export.splitlines()
+    rows = [orjson.loads(line) for line in lines[1:-1]]
+    mine = [row for row in rows if row["t"] == table]
+    if value == "duplicate":
+        value = mine[0]["r"][column]
+    mine[-1]["r"][column] = value
+    bad = b"\n".join([lines[0], *map(orjson.dumps, rows), lines[-1]]) + b"\n"
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "bad") as target:
+        schema = _catalog(target)
+        with pytest.raises(TransferError, match="nothing imported") as refused:
+            import_database(target, [*io.BytesIO(bad)])
+        assert refused.value.code == "transfer_refused"
+        assert _catalog(target) == schema  # indexes, keys and triggers set aside are back
+        engine = sa.create_engine(target.replace("postgresql://", "postgresql+psycopg://"))
+        with engine.connect() as conn:
+            for name in ("organizations", "users", "memories", "memory_history", "vector_queue"):
+                assert conn.execute(sa.text(f"SELECT count(*) FROM {name}")).scalar() == 0, name
+        engine.dispose()
+        import_database(target, [*io.BytesIO(export)])  # the good file still goes in whole

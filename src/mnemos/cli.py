@@ -317,7 +317,7 @@ def export_subject(user_id: uuid.UUID, out: Path, database_url: str | None) -> N
     """Write every memory about a person (every status, with history) to FILE as NDJSON, the
     same lines as their own export; a progress bar on a terminal. The file appears whole or not
     at all."""
-    from mnemos.api.rights import ndjson_lines
+    from mnemos.api.rights import encoded_lines
 
     with _admin_store(database_url) as store:
         rights = _services(store, database_url).rights
@@ -328,11 +328,11 @@ def export_subject(user_id: uuid.UUID, out: Path, database_url: str | None) -> N
         bar = click.progressbar(length=total, label="exporting", file=sys.stderr)
         shown = bar if sys.stderr.isatty() else nullcontext(bar)
         with shown, partial.open("wb") as file:
-            for batch in rights.export(ctx):
-                file.writelines(ndjson_lines([batch]))
-                exported += len(batch)
+            for found, names in rights.export_encoded(ctx):
+                file.writelines(encoded_lines([(found, names)]))
+                exported += len(found.memories)
                 if shown is bar:
-                    bar.update(len(batch))
+                    bar.update(len(found.memories))
             file.flush()
             os.fsync(file.fileno())
         partial.replace(out)
@@ -380,6 +380,8 @@ def set_retention(org_id: uuid.UUID, system: str, days: int, database_url: str |
     with _admin_store(database_url) as store:
         policy = _services(store, database_url).retention.set(org_id, system, days)
         _emit({"org": str(org_id), "system": policy.system.value, "days": policy.days})
+
+
 # export, import, backup, doctor (docs/operations.md)
 from mnemos.cli_ops import register  # noqa: E402 - they share this module's options
 

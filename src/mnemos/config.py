@@ -122,6 +122,7 @@ class Settings(BaseSettings):
         if value.lower().startswith(("http://", "https://")):
             return value
         raise ValueError("must be 'local', 'none' or the http(s) URL of an embeddings endpoint")
+
     @field_validator("log_format", "log_level", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:

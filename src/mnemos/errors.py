@@ -136,7 +136,7 @@ class SemanticSearchDisabled(MnemosError):
     status, code = 422, "semantic_search_disabled"
     default_message = (
         "This server has no embedder (MNEMOS_EMBEDDER=none): use mode=keyword or mode=hybrid"
-)
+    )
 
 
 class McpNotInstalled(MnemosError):
@@ -144,8 +144,7 @@ class McpNotInstalled(MnemosError):
 
     status, code = 501, "mcp_not_installed"
     default_message = (
-        "This server has no MCP support: install it with `pip install 'mnemos[mcp]'` "
-        "and restart it"
+        "This server has no MCP support: install it with `pip install 'mnemos[mcp]'` and restart it"
     )
 
 

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from typing import Any
 
+import jsonschema
 from fastapi.testclient import TestClient
 
 from mnemos.api.app import create_app
@@ -107,6 +108,39 @@ def test_tool_catalogue_contract() -> None:
         name for tool in (*AGENT_TOOLS, *PERSON_TOOLS) for name in tool.input_schema()["properties"]
     }
     assert set(ARGUMENT_HELP) <= names  # no help for an argument no tool has
+
+
+def test_output_schemas_are_plain_and_still_check_the_answer() -> None:
+    """Clients check every result against the output schema: it has no `$ref` (resolved per
+    listed memory) and no `anyOf` (tried branch by branch), yet refuses what the model would."""
+    memory = {
+        "id": "m",
+        "content": "c",
+        "thought": None,
+        "system": "long_term",
+        "type": "semantic",
+        "segment": "user",
+        "scope": "agent",
+        "status": "active",
+        "subject_id": None,
+        "organization_id": None,
+        "source_agent_id": "a",
+        "chat_room_id": None,
+        "metadata": {},
+        "inserted_at": "2026-12-02T00:00:00Z",
+        "updated_at": "2026-12-02T00:00:00Z",
+    }
+    for tool in (*AGENT_TOOLS, *PERSON_TOOLS):
+        text = json.dumps(tool.output_schema())
+        assert '"$ref"' not in text and '"anyOf"' not in text, tool.name
+    search = next(tool for tool in AGENT_TOOLS if tool.name == "search_memories")
+    check = jsonschema.Draft202012Validator(search.output_schema())
+    assert check.is_valid({"memories": [memory], "next_cursor": None})
+    assert not check.is_valid({"memories": [{**memory, "thought": 5}], "next_cursor": None})
+    assert not check.is_valid({"memories": [{**memory, "content": None}], "next_cursor": "x"})
+    assert not check.is_valid({"memories": [memory], "next_cursor": 3})
+    missing = {key: value for key, value in memory.items() if key != "subject_id"}
+    assert not check.is_valid({"memories": [missing], "next_cursor": None})
 
 
 def test_without_the_sdk_mcp_says_how_to_install_it(database_url: str) -> None:

@@ -140,3 +140,54 @@ def test_erase_and_export_need_a_person(client: TestClient, world: World) -> Non
         answer = client.request(method, path, json={"confirm": True}, headers=bot.headers)
         assert answer.status_code == 401, path
         assert client.request(method, path, json={"confirm": True}).status_code == 401
+
+
+def test_the_database_encodes_the_export_line_for_line(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """The NDJSON route's fast path (JSON written by SQL) gives the lines `exported_json`
+    writes from domain objects: every field, display name and change, across batches."""
+    from mnemos.api.app import build_services
+    from mnemos.api.rights import encoded_lines, exported_json
+    from mnemos.config import Settings
+
+    ann, _bob, _ann_bot, bob_bot = _people(world)
+    stored = []
+    for i in range(7):
+        metadata = {"n": i, "nested": {"x": [1.5, None, "y"], "t": True}}
+        body = memory_body(f'fact {i} "quoted" é\n', scope="subject", subject_id=ann.id)
+        body["memory"]["metadata"] = metadata
+        answer = client.post("/api/v1/agent/memories", json=body, headers=bob_bot.headers)
+        assert answer.status_code == 201, answer.text
+        stored.append(answer.json()["data"]["id"])
+    client.post(f"/api/v1/me/memories/{stored[0]}/supersede", headers=ann.headers)
+    client.post(f"/api/v1/me/memories/{stored[1]}/archive", headers=ann.headers)
+    rights = build_services(Settings(), store).rights
+    ctx = rights.person(uuid.UUID(ann.id))
+    expected = [exported_json(item) for batch in rights.export(ctx) for item in batch]
+    lines = b"".join(encoded_lines(rights.export_encoded(ctx, batch=3))).splitlines()
+    assert [json.loads(line) for line in lines] == json.loads(json.dumps(expected))
+    assert any(len(line["history"]) > 1 for line in expected)
+
+
+def test_a_deleted_memory_leaves_no_vector_queue_entry(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """The vector tables name their memory without a foreign key on PostgreSQL (migration
+    0013): the delete path removes their rows itself, for a delete as for an erasure."""
+    from mnemos.storage.schema import vector_queue
+
+    ann, _bob, _ann_bot, bob_bot = _people(world)
+    deleted = _store_about(client, bob_bot, ann, "to be deleted")
+    _store_about(client, bob_bot, ann, "to be erased")
+    with store._read() as conn:  # type: ignore[attr-defined]
+        pks = conn.execute(sa.select(memories.c.pk, memories.c.id)).all()
+        queued = set(conn.execute(sa.select(vector_queue.c.memory_pk)).scalars())
+    assert {pk for pk, _ in pks} <= queued
+    assert client.delete(f"/api/v1/me/memories/{deleted}", headers=ann.headers).status_code == 204
+    with store._read() as conn:  # type: ignore[attr-defined]
+        left = set(conn.execute(sa.select(vector_queue.c.memory_pk)).scalars())
+    assert left == {pk for pk, memory_id in pks if str(memory_id) != deleted}
+    client.post("/api/v1/me/memories/erase", json={"confirm": True}, headers=ann.headers)
+    with store._read() as conn:  # type: ignore[attr-defined]
+        assert conn.execute(sa.select(vector_queue.c.memory_pk)).all() == []

@@ -101,7 +101,7 @@ def start_server(
         stderr=subprocess.STDOUT,
     )
     server = LiveServer(f"http://127.0.0.1:{port}", env, process, log)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # two workers each load the embedder: slow on a busy machine
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited: {log.read_text()}")

@@ -6,9 +6,8 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 
 import anyio
 from anyio import CapacityLimiter, to_thread
@@ -121,18 +120,13 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Blocking work (every synchronous route and dependency) runs in this many threads.
         to_thread.current_default_thread_limiter().total_tokens = settings.resolved_worker_threads()
-        if isinstance(embedder, _FromSettings):
-            chosen = embedder_from_settings(settings)
-            # The worker's own instance, on one CPU thread (run at low priority), built in the
-            # worker's thread once the server answers.
-            one_thread = settings.model_copy(update={"embedder_threads": 1})
-            background: Embedder | Callable[[], Embedder | None] | None = (
-                partial(embedder_from_settings, one_thread) if chosen is not None else None
-            )
-        else:
-            chosen = background = embedder
+        # One embedder per process, shared by the searches and the embedding worker (a model
+        # session is ~70-160 MiB resident; onnxruntime runs concurrent calls on one session).
+        chosen = (
+            embedder_from_settings(settings) if isinstance(embedder, _FromSettings) else embedder
+        )
         app.state.services = build_services(settings, store, chosen)
-        indexer = Indexer(app.state.services.store, background) if background else None
+        indexer = Indexer(app.state.services.store, chosen) if chosen is not None else None
         if indexer is not None:
             indexer.start()
         interval = settings.retention_interval_seconds

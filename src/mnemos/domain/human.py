@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol
 from mnemos.domain.history import by_user
 from mnemos.domain.ids import try_uuid, utcnow
 from mnemos.domain.memories import MemoryPage, MemoryService, RankedPage
-from mnemos.domain.models import Memory, Status, UserContext
+from mnemos.domain.models import Memory, Owners, Status, UserContext
 from mnemos.domain.pagination import PageRequest
 from mnemos.domain.people import actor_of, sees_agent, sees_user
 from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
@@ -162,10 +162,19 @@ class HumanMemoryService:
         self, ctx: UserContext, items: list[Memory]
     ) -> dict[uuid.UUID, dict[str, Any]]:
         """Names for a page's subjects, agents and rooms: three queries whatever the page size."""
+        shown = self.display_by_owners(
+            ctx, {(m.subject_id, m.source_agent_id, m.chat_room_id) for m in items}
+        )
+        return {m.id: shown[(m.subject_id, m.source_agent_id, m.chat_room_id)] for m in items}
+
+    def display_by_owners(
+        self, ctx: UserContext, owners: set[Owners]
+    ) -> dict[Owners, dict[str, Any]]:
+        """`display_fields` per distinct (subject, source agent, room) of the memories."""
         actor = actor_of(ctx)
-        subject_ids = {m.subject_id for m in items if m.subject_id}
-        agent_ids = {m.source_agent_id for m in items if m.source_agent_id} | subject_ids
-        room_ids = list({m.chat_room_id for m in items if m.chat_room_id})
+        subject_ids = {subject for subject, _, _ in owners if subject}
+        agent_ids = {agent for _, agent, _ in owners if agent} | subject_ids
+        room_ids = list({room for _, _, room in owners if room})
         people = {u.id: u.name for u in self.store.users_by_ids(subject_ids) if sees_user(actor, u)}
         bots = {
             a.id: a.name
@@ -174,20 +183,18 @@ class HumanMemoryService:
         }
         member_of = self.store.member_rooms(ctx.user.id, room_ids)
         rooms = {r.id: r for r in self.store.rooms_by_ids(list(member_of))}
-        fields: dict[uuid.UUID, dict[str, Any]] = {}
-        for m in items:
-            room = rooms.get(m.chat_room_id) if m.chat_room_id else None
+        fields: dict[Owners, dict[str, Any]] = {}
+        for subject, agent, room_id in owners:
+            room = rooms.get(room_id) if room_id else None
             subject_type = None
-            if m.subject_id in people:
+            if subject in people:
                 subject_type = "user"
-            elif m.subject_id in bots:
+            elif subject in bots:
                 subject_type = "agent"
-            fields[m.id] = {
-                "subject_name": people.get(m.subject_id) or bots.get(m.subject_id)
-                if m.subject_id
-                else None,
+            fields[(subject, agent, room_id)] = {
+                "subject_name": people.get(subject) or bots.get(subject) if subject else None,
                 "subject_type": subject_type,
-                "source_agent_name": bots.get(m.source_agent_id) if m.source_agent_id else None,
+                "source_agent_name": bots.get(agent) if agent else None,
                 "chat_room_title": room.title if room else None,
                 "chat_room_status": room.status.value if room else None,
                 "chat_room_type": room.type.value if room else None,

@@ -254,3 +254,19 @@ class Erasure:
     by: ChangedBy
     at: datetime
     erased: int = 0
+
+
+Owners = tuple[uuid.UUID | None, uuid.UUID | None, uuid.UUID | None]
+"""A memory's subject, source agent and chat room: what its display names depend on."""
+
+
+@dataclass(frozen=True)
+class EncodedBatch:
+    """A batch of an export as the database wrote it (no domain object per memory): per memory,
+    its owners (for display names), the memory's JSON object and its history's JSON array, in
+    the wire form of `Memory` and `Change`; `after` continues the export."""
+
+    owners: list[Owners]
+    memories: list[bytes]
+    histories: list[bytes]
+    after: Any

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,6 +26,7 @@ from mnemos.domain.models import (
     Change,
     ChangedBy,
     ChatRoom,
+    EncodedBatch,
     Erasure,
     Memory,
     Organization,
@@ -183,6 +184,14 @@ class RightsStore(Protocol):
         """Up to `limit` memories whose subject is `subject_id` (any scope and status) in a
         stable order (the subject index's), continuing after `after`, a memory of the previous
         batch: keyset pagination, so an export of any size reads one batch at a time."""
+
+    @abc.abstractmethod
+    def memories_about_encoded(
+        self, subject_id: uuid.UUID, *, after: Any, limit: int
+    ) -> EncodedBatch:
+        """`memories_about` for an export, encoded by the database: up to `limit` memories
+        (subject, source agent and room of each; its JSON object; its history's JSON array), in
+        the same order, continuing after the `after` of the previous batch (None: the first)."""
 
     @abc.abstractmethod
     def erase_subject(self, erasure: Erasure) -> int:

@@ -15,7 +15,16 @@ from typing import Any, Protocol
 
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.ids import utcnow, uuid7
-from mnemos.domain.models import AgentContext, Change, ChangedBy, Erasure, Memory, UserContext
+from mnemos.domain.models import (
+    AgentContext,
+    Change,
+    ChangedBy,
+    EncodedBatch,
+    Erasure,
+    Memory,
+    Owners,
+    UserContext,
+)
 from mnemos.domain.ports import AccountStore, MemoryStore, RightsStore, RoomStore
 from mnemos.domain.queries import ALL_STATUSES, MemoryQuery
 from mnemos.domain.visibility import about
@@ -23,6 +32,8 @@ from mnemos.errors import NotFound
 
 EXPORT_BATCH = 1_000
 """Memories read per query while exporting: the export holds one batch at a time."""
+ENCODED_BATCH = 5_000
+"""The same for an export the database encodes (a few MB of JSON per batch)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,25 @@ class RightsService:
             if len(items) < batch:
                 return
             after = items[-1]
+
+    def export_encoded(
+        self, ctx: UserContext, batch: int = ENCODED_BATCH
+    ) -> Iterator[tuple[EncodedBatch, dict[Owners, dict[str, Any]]]]:
+        """`export` as the database encodes it (the fast path of NDJSON exports): per batch, the
+        memories' and histories' JSON, and the display names per owners of the batch. Lazy."""
+        after: Any = None
+        shown: dict[Owners, dict[str, Any]] = {}  # few distinct owners: kept for the export
+        while True:
+            found = self.store.memories_about_encoded(ctx.user.id, after=after, limit=batch)
+            if not found.memories:
+                return
+            new = set(found.owners).difference(shown)
+            if new:
+                shown |= self.human.display_by_owners(ctx, new)
+            yield found, shown
+            if len(found.memories) < batch:
+                return
+            after = found.after
 
     def erase(self, ctx: UserContext, by: ChangedBy) -> Erasure:
         """Erase every memory about the person, every status, and its history, in one

@@ -30,6 +30,7 @@ SESSION_SECRET = "ui-session"
 SESSION_AUDIENCE = "mnemos-ui"
 SESSION_ISSUER = "mnemos"
 ALGORITHM = "HS256"
+CLOCK_SKEW_MARGIN = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,9 @@ class SessionSigner:
         """Sign out: this session, and every copy of its cookie, is refused from now on."""
         if session.user_id is None:
             return  # nobody's session opens nothing
-        expires_at = datetime.fromtimestamp(session.expires_at, UTC)
+        # Kept a margin past the session's expiry: a process whose clock is behind the one that
+        # cleans the table up still refuses the cookie until it sees it expired.
+        expires_at = datetime.fromtimestamp(session.expires_at, UTC) + CLOCK_SKEW_MARGIN
         self.store.end_session(session.session_id, expires_at)
 
     def person(self, session: Session) -> UserContext:

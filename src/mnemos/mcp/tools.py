@@ -10,6 +10,7 @@ input schema is generated from the types the REST API validates with.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -225,20 +226,59 @@ class Tool:
         return schema
 
     def output_schema(self) -> dict[str, Any]:
-        item = self.output.model_json_schema()
+        """The answer's JSON schema, written for cheap checking: clients (the official SDK's
+        `ClientSession` among them) validate every result against it, and a `$ref` per listed
+        memory or an `anyOf` per nullable field made that check cost more than the search
+        (issue 14). The same constraints as the pydantic schema, in plain keywords (`lean`)."""
+        item = lean(self.output.model_json_schema())
         if not self.listing:
             return item
-        defs = item.pop("$defs", {})
-        schema: dict[str, Any] = {
+        return {
             "type": "object",
             "properties": {
-                "memories": {"type": "array", "items": {"$ref": "#/$defs/Memory"}},
-                "next_cursor": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "memories": {"type": "array", "items": item},
+                "next_cursor": {"type": ["string", "null"]},
             },
             "required": ["memories", "next_cursor"],
-            "$defs": {**defs, "Memory": item},
         }
-        return schema
+
+
+def lean(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with every local `$ref` inlined, every `anyOf` of plain types written as a list
+    of types, and no titles: the same instances valid, less work per check. Definitions that
+    refer to themselves stay as they are (never the case for the answer models)."""
+    defs: dict[str, Any] = schema.get("$defs", {})
+
+    def walk(node: Any, inside: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [walk(item, inside) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and len(node) == 1:
+            name = ref.removeprefix("#/$defs/")
+            if name in defs and name not in inside:
+                return walk(defs[name], (*inside, name))
+        out = {
+            key: walk(value, inside)
+            for key, value in node.items()
+            if key != "$defs" and not (key == "title" and isinstance(value, str))
+        }
+        branches = out.get("anyOf")
+        if isinstance(branches, list) and branches and all(map(_plain_type, branches)):
+            del out["anyOf"]
+            kinds = [branch["type"] for branch in branches]
+            out["type"] = kinds if len(kinds) > 1 else kinds[0]
+        return out
+
+    leaned: dict[str, Any] = walk(schema, ())
+    if '"$ref"' in json.dumps(leaned):
+        leaned["$defs"] = defs  # self-referring definitions: keep them where the refs point
+    return leaned
+
+
+def _plain_type(branch: Any) -> bool:
+    return isinstance(branch, dict) and set(branch) == {"type"} and isinstance(branch["type"], str)
 
 
 def best_search(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert
@@ -29,7 +30,7 @@ from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
 from mnemos.storage.search_plan import TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
-from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS
+from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
 
 
 def tsquery(search: SearchQuery) -> str:
@@ -270,9 +271,29 @@ class PostgresStore(SqlStore):
         (name,) = names
         return sa.func.ts_match_vq(_search_column(), _tsquery(sa.bindparam(name)))
 
+    def _blob_rows(self, conn: Connection, statement: sa.Select[Any]) -> Sequence[Any]:
+        # psycopg reads results as text by default, where a bytea arrives as hex and is decoded
+        # in the client: 4x slower for the vector search's blobs than the binary format
+        # (measured: 100,000 sign-bit rows in 26 vs 62 ms). The statement's own SQL and
+        # parameters, on a binary cursor of the same connection and transaction.
+        compiled = statement.compile(
+            dialect=conn.dialect, compile_kwargs={"render_postcompile": True}
+        )
+        with driver_connection(conn).cursor(binary=True) as cursor:
+            cursor.execute(str(compiled), compiled.params)
+            rows: list[Any] = cursor.fetchall()
+            return rows
+
     def close(self) -> None:
         super().close()
         self._search_engine.dispose()
+
+    KEYS_PER_STATEMENT = 1_000_000  # one array parameter, whatever its length
+
+    def _keys_in(self, column: sa.Column[Any], keys: list[int]) -> sa.ColumnElement[bool]:
+        # `= ANY(array)`: one parameter planned once, where IN with 10,000 parameters took
+        # seconds to plan.
+        return column == sa.any_(sa.literal(keys, type_=ARRAY(sa.BigInteger())))
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()

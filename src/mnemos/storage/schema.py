@@ -287,13 +287,16 @@ idempotency_keys = sa.Table(
 # Every memory's vector, int8-quantised (`scale` turns it back into the unit vector), with the
 # model that made it. A memory waits in `vector_queue` (a trigger adds it, in the transaction
 # that inserts it) until a process embeds it. Searches read vectors per owner (agent,
-# organization, subject, room): sealed `vector_chunks` of CHUNK_ROWS vectors each, plus the
-# owner's `vector_tail`, the vectors not yet sealed into a chunk.
+# organization, subject, room): sealed `vector_chunks` of CHUNK_ROWS vectors each (keys, int8
+# vectors and their sign bits), plus the owner's `vector_tail`, the vectors not yet sealed.
 
+# `memory_vectors` and `vector_queue` name their memory by `memory_pk` without a foreign key on
+# PostgreSQL (migration 0013: its cascade ran once per deleted memory): the one delete path of
+# memories deletes their rows by set (`SqlBase._delete_memories`). SQLite keeps the constraint.
 memory_vectors = sa.Table(
     "memory_vectors",
     metadata,
-    sa.Column("memory_pk", PK, sa.ForeignKey("memories.pk", ondelete="CASCADE"), primary_key=True),
+    sa.Column("memory_pk", PK, primary_key=True),
     sa.Column("model", sa.String(200), nullable=False),
     sa.Column("scale", sa.Float(), nullable=False),
     sa.Column("vector", sa.LargeBinary(), nullable=False),
@@ -302,7 +305,7 @@ memory_vectors = sa.Table(
 vector_queue = sa.Table(
     "vector_queue",
     metadata,
-    sa.Column("memory_pk", PK, sa.ForeignKey("memories.pk", ondelete="CASCADE"), primary_key=True),
+    sa.Column("memory_pk", PK, primary_key=True),
     # A process embedding this memory holds it until then; past it, anyone may take it over.
     sa.Column("claimed_until", UTCDateTime(), nullable=True),
 )
@@ -330,6 +333,9 @@ vector_chunks = sa.Table(
     sa.Column("pks", sa.LargeBinary(), nullable=False),  # int64, little-endian
     sa.Column("scales", sa.LargeBinary(), nullable=False),  # float32
     sa.Column("vectors", sa.LargeBinary(), nullable=False),  # int8, rows x dimensions
+    # The vectors' sign bits, packed (numpy.packbits): rows x dimensions / 8 bytes; a search
+    # reads these and the keys only (migration 0014).
+    sa.Column("bits", sa.LargeBinary(), nullable=False),
 )
 
 # --- people's rights (migration 0011): history of changes, erasures, retention ---------------

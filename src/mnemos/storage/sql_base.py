@@ -27,9 +27,17 @@ from mnemos.errors import InsufficientStorage, StorageUnavailable
 from mnemos.storage import replicas as replication
 from mnemos.storage.history_rows import history_row, record
 from mnemos.storage.replicas import Replica, ReplicaFailed, ReplicaSet, ReplicaStatus
-from mnemos.storage.schema import ended_sessions, memories, search_pages, server_secrets
+from mnemos.storage.schema import (
+    ended_sessions,
+    memories,
+    memory_vectors,
+    search_pages,
+    server_secrets,
+    vector_queue,
+)
 from mnemos.storage.search_plan import TermStats
 
+M = memories.c
 DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
 _SCORE = struct.Struct("<d")
 _RANKED_ROW = 16 + _SCORE.size
@@ -274,15 +282,41 @@ class SqlBase(abc.ABC):
 
         Every deletion of memories (one, a batch, an agent's, a Tuya key's, an erasure) comes
         here, so an index kept beside `memories` is cleaned up in one place: SQLite's FTS5 by
-        its trigger, PostgreSQL's tsvector with the row; a new index adds its cleanup here (or
-        a foreign key with ON DELETE CASCADE)."""
+        its trigger, PostgreSQL's tsvector with the row, the vector queue and vectors by set
+        just after (`_forget_vectors`); a new index adds its cleanup here."""
         if by is None:  # an erasure: no history is kept
-            return int(conn.execute(memories.delete().where(where)).rowcount)
-        statement = memories.delete().where(where).returning(memories.c.id, memories.c.subject_id)
-        gone = conn.execute(statement).all()
-        now = utcnow()
-        record(conn, (history_row(i, s, HistoryEvent.DELETED, by, now) for i, s in gone))
-        return len(gone)
+            pks = self._erase_rows(conn, where)
+        else:
+            statement = memories.delete().where(where)
+            gone = conn.execute(statement.returning(M.pk, M.id, M.subject_id)).all()
+            now = utcnow()
+            record(conn, (history_row(i, s, HistoryEvent.DELETED, by, now) for _, i, s in gone))
+            pks = [row[0] for row in gone]
+        self._forget_vectors(conn, pks)
+        return len(pks)
+
+    KEYS_PER_STATEMENT = 10_000  # SQLite allows 32,766 parameters
+
+    def _forget_vectors(self, conn: Connection, pks: list[int]) -> None:
+        """Delete the queue entries and vectors of deleted memories, by set, after them: on
+        PostgreSQL no foreign key cascades them (migration 0013: a cascade runs once per row),
+        and a vector saved by an embedder that locked the memory before the delete is committed
+        by now (`save_vectors`), so it goes too. `vector_tail` follows `memory_vectors` by its
+        cascade."""
+        for start in range(0, len(pks), self.KEYS_PER_STATEMENT):
+            batch = pks[start : start + self.KEYS_PER_STATEMENT]
+            for table in (vector_queue, memory_vectors):
+                conn.execute(table.delete().where(self._keys_in(table.c.memory_pk, batch)))
+
+    def _keys_in(self, column: sa.Column[Any], keys: list[int]) -> sa.ColumnElement[bool]:
+        """`column IN keys`, as the dialect runs it fastest for thousands of keys."""
+        return column.in_(keys)
+
+    def _erase_rows(self, conn: Connection, where: sa.ColumnElement[bool]) -> list[int]:
+        """Delete the memories matching `where`, many at once, with no history (an erasure);
+        their `pk`s. The dialect's hook for a set-based cleanup of an index kept beside
+        `memories`."""
+        return list(conn.execute(memories.delete().where(where).returning(M.pk)).scalars())
 
     def _vector_owners(self, conn: Connection, where: sa.ColumnElement[bool]) -> set[str]:  # noqa: ARG002
         """The vector index's owners holding a vector of a memory matching `where` (read before

@@ -15,6 +15,7 @@ from mnemos.domain.models import (
     ActorType,
     Change,
     ChangedBy,
+    EncodedBatch,
     Erasure,
     HistoryEvent,
     Memory,
@@ -36,6 +37,7 @@ from mnemos.storage.schema import (
     users,
 )
 from mnemos.storage.sql_base import SqlBase
+from mnemos.storage.sql_export import about_statement, read_batch
 
 M = memories.c
 H = memory_history.c
@@ -53,6 +55,7 @@ _ABOUT_FIRST = _ABOUT.order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 _ABOUT_NEXT = _ABOUT.where(_AFTER).order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 
 
+_ENCODED: dict[str, dict[bool, sa.TextClause]] = {}  # per dialect: first batch, next batch
 _ACTOR_TYPES = {member.value: member for member in ActorType}
 _EVENTS = {member.value: member for member in HistoryEvent}
 
@@ -75,6 +78,17 @@ class RightsSql(SqlBase):
             params["after_id"] = after.id
         with self._read() as conn:
             return [to_memory(row) for row in conn.execute(statement, params)]
+
+    def memories_about_encoded(
+        self, subject_id: uuid.UUID, *, after: Any, limit: int
+    ) -> EncodedBatch:
+        with self._read() as conn:
+            dialect = conn.dialect.name
+            if dialect not in _ENCODED:
+                _ENCODED[dialect] = {
+                    first: about_statement(dialect, first=first) for first in (True, False)
+                }
+            return read_batch(conn, _ENCODED[dialect], subject_id, after, limit)
 
     def erase_subject(self, erasure: Erasure) -> int:
         subject = erasure.subject_id

@@ -1,14 +1,17 @@
-"""Memory vectors in SQL: the embedding queue, int8 vectors, per-owner chunks, exact scoring.
+"""Memory vectors in SQL: the embedding queue, int8 vectors, per-owner chunks, a sign-bit
+first pass and exact int8 rescoring.
 
 Layout (docs/search.md, "Vector storage"): each memory's vector is kept once in
 `memory_vectors` (int8, with the scale that turns it back into a unit vector) and, for the
 search, once per owner the memory has (its agent, organization, subject, room): first as a row
 of the owner's `vector_tail`, then, once the tail holds `CHUNK_ROWS` vectors, sealed into one
-`vector_chunks` row (three blobs: primary keys, scales, vectors). A search reads the chunks and
-tail of the owners its audiences name (a few dozen rows for 10,000 memories), scores every
-vector exactly with numpy, and asks the database which of the best candidates the query really
-returns: the layout only narrows the candidates, it never decides visibility. Chunks are never
-rewritten: a memory deleted or changed since stays in its chunk and is dropped by that check.
+`vector_chunks` row (blobs: primary keys, scales, int8 vectors, and the vectors' sign bits). A
+search reads only the keys and sign bits of the owners' chunks (48 bytes a vector) and their
+tails, ranks them by Hamming distance to the query's sign bits, scores the closest `RESCORE`
+exactly from `memory_vectors`, and asks the database which of those the query really returns:
+the layout only narrows the candidates, it never decides visibility. A memory deleted or
+changed since its chunk was sealed stays in it and is dropped by that check, until the idle
+sweep (or an erasure, at once) rewrites the chunk without it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,14 @@ from mnemos.storage.schema import (
     vector_tail,
 )
 from mnemos.storage.sql_base import SqlBase
+from mnemos.storage.vector_codes import (
+    best,
+    closest,
+    hamming,
+    int8_scores,
+    quantize,
+    sign_bits,
+)
 
 M = memories.c
 V = memory_vectors.c
@@ -46,7 +57,10 @@ T = vector_tail.c
 C = vector_chunks.c
 
 CHUNK_ROWS = 256
-SCORE_GROUP_ROWS = 8192  # vectors converted to float32 at once (12 MiB at 384 dimensions)
+RESCORE = 400
+"""How many of a scope's vectors closest by sign bits are scored exactly (at least; more for a
+large `limit`). Measured (docs/search.md, bench/bit_recall.py): recall@10 against exact search
+>= 0.95 at 10,000 and 100,000 vectors of real MiniLM embeddings; each one costs a key lookup."""
 OWNER_COLUMNS = (
     ("source_agent_id", "a"),
     ("subject_id", "s"),
@@ -58,15 +72,6 @@ OWNER_COLUMNS = (
 
 def owner_key(prefix: str, owner: uuid.UUID) -> str:
     return prefix + owner.hex
-
-
-def quantize(vectors: NDArray[np.float32]) -> tuple[NDArray[np.int8], NDArray[np.float32]]:
-    """int8 rows and their scales: `row * scale` is the vector again, within 1/254 of its
-    largest component."""
-    peak = np.abs(vectors).max(axis=1)
-    scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
-    quantized = np.clip(np.rint(vectors / scales[:, None]), -127, 127).astype(np.int8)
-    return quantized, scales
 
 
 class VectorsSql(SqlBase):
@@ -206,6 +211,7 @@ class VectorsSql(SqlBase):
                 sa.select(sa.func.coalesce(sa.func.max(C.seq), 0)).where(C.owner == owner)
             ).scalar_one()
             pks = [row[0] for row in rows]
+            vectors = b"".join(bytes(row[2]) for row in rows)
             conn.execute(
                 vector_chunks.insert().values(
                     owner=owner,
@@ -214,7 +220,8 @@ class VectorsSql(SqlBase):
                     rows=len(rows),
                     pks=np.asarray(pks, dtype="<i8").tobytes(),
                     scales=np.asarray([row[1] for row in rows], dtype="<f4").tobytes(),
-                    vectors=b"".join(bytes(row[2]) for row in rows),
+                    vectors=vectors,
+                    bits=sign_bits(_int8_rows(vectors, len(rows))).tobytes(),
                 )
             )
             conn.execute(vector_tail.delete().where(T.owner == owner, T.memory_pk.in_(pks)))
@@ -269,7 +276,7 @@ class VectorsSql(SqlBase):
         """Rewrite one chunk without the vectors whose memory is gone (read again inside the
         write, so a concurrent compaction or delete is seen)."""
         chunk = conn.execute(
-            sa.select(C.pks, C.scales, C.vectors).where(C.owner == owner, C.seq == seq)
+            sa.select(C.pks, C.scales, C.vectors, C.bits).where(C.owner == owner, C.seq == seq)
         ).first()
         if chunk is None:
             return
@@ -284,7 +291,8 @@ class VectorsSql(SqlBase):
             conn.execute(vector_chunks.delete().where(C.owner == owner, C.seq == seq))
             return
         scales = np.frombuffer(bytes(chunk[1]), dtype="<f4")
-        vectors = np.frombuffer(bytes(chunk[2]), dtype=np.int8).reshape(len(keys), -1)
+        vectors = _int8_rows(bytes(chunk[2]), len(keys))
+        bits = np.frombuffer(bytes(chunk[3]), dtype=np.uint8).reshape(len(keys), -1)
         conn.execute(
             vector_chunks.update()
             .where(C.owner == owner, C.seq == seq)
@@ -293,6 +301,7 @@ class VectorsSql(SqlBase):
                 pks=keys[keep].tobytes(),
                 scales=scales[keep].tobytes(),
                 vectors=vectors[keep].tobytes(),
+                bits=bits[keep].tobytes(),
             )
         )
 
@@ -304,23 +313,27 @@ class VectorsSql(SqlBase):
         if not query.audiences or limit <= 0:
             return []
         probe = np.asarray(vector, dtype=np.float32).reshape(-1)
+        rescore = max(RESCORE, 8 * limit)
         # No search budget here: the cost is bounded by the owners' sizes, not by the query's
         # words, and the statements are key lookups (a watchdog interrupt that lands while
         # numpy scores would hit the next statement instead).
         with self._read() as conn:
             owners = self._owners(conn, query.audiences)
-            pks, scores = self._scores(conn, owners, model, probe)
+            pks, distances = self._sign_distances(conn, owners, model, sign_bits(probe)[0])
             if len(pks) == 0:
                 return []
-            order = _best(pks, scores, max(4 * limit, 64))
-            found = self._recheck(conn, query, pks[order], scores[order], limit)
-            if len(found) < limit and len(order) < len(pks):
-                # The filters keep few of the owners' memories: ask which, score only those.
+            keys, scores = self._rescored(conn, pks[closest(distances, rescore)], model, probe)
+            order = best(keys, scores, len(keys))
+            found = self._recheck(conn, query, keys[order], scores[order], limit)
+            if len(found) < limit and len(keys) < len(pks):
+                # The filters keep few of the owners' memories: ask which, rank only those.
                 statement, params = self._checked(query, with_rows=False, candidates=False)
                 allowed = np.fromiter(conn.execute(statement, params).scalars(), dtype=np.int64)
                 keep = np.isin(pks, allowed)
-                order = _best(pks[keep], scores[keep], limit)
-                found = self._recheck(conn, query, pks[keep][order], scores[keep][order], limit)
+                nearest = closest(distances[keep], rescore)
+                keys, scores = self._rescored(conn, pks[keep][nearest], model, probe)
+                order = best(keys, scores, limit)
+                found = self._recheck(conn, query, keys[order], scores[order], limit)
         return found[:limit]
 
     def _recheck(
@@ -371,70 +384,65 @@ class VectorsSql(SqlBase):
         assert audience.organization_id is not None  # an audience pins an owner
         return {owner_key("o", audience.organization_id)}
 
-    def _scores(
-        self, conn: Connection, owners: set[str], model: str, probe: NDArray[np.float32]
-    ) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
-        """Every vector of `model` the owners hold: primary keys and cosine similarities."""
+    def _sign_distances(
+        self, conn: Connection, owners: set[str], model: str, probe: NDArray[np.uint8]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+        """Every vector of `model` the owners hold (a memory once per owner holding it): its
+        memory's primary key and the Hamming distance of its sign bits to `probe`'s."""
         if not owners:
-            return np.empty(0, np.int64), np.empty(0, np.float32)
-        wanted = list(owners)
-        chunks = conn.execute(
-            sa.select(C.pks, C.scales, C.vectors).where(C.owner.in_(wanted), C.model == model)
-        ).all()
-        tail = conn.execute(
-            sa.select(V.memory_pk, V.scale, V.vector)
+            return np.empty(0, np.int64), np.empty(0, np.int32)
+        wanted = sorted(owners)
+        chunks = self._blob_rows(
+            conn, sa.select(C.pks, C.bits).where(C.owner.in_(wanted), C.model == model)
+        )
+        tail = self._blob_rows(
+            conn,
+            sa.select(V.memory_pk, V.vector)
             .join(vector_tail, T.memory_pk == V.memory_pk)
-            .where(T.owner.in_(wanted), V.model == model)
-        ).all()
-        parts: list[tuple[bytes, bytes, bytes]] = [
-            (bytes(row[0]), bytes(row[1]), bytes(row[2])) for row in chunks
-        ]
+            .where(T.owner.in_(wanted), V.model == model),
+        )
+        width = len(probe)
+        pks = [np.frombuffer(bytes(row[0]), dtype="<i8") for row in chunks]
+        bits = [np.frombuffer(bytes(row[1]), dtype=np.uint8) for row in chunks]
         if tail:
-            parts.append(
-                (
-                    np.asarray([row[0] for row in tail], dtype="<i8").tobytes(),
-                    np.asarray([row[1] for row in tail], dtype="<f4").tobytes(),
-                    b"".join(bytes(row[2]) for row in tail),
-                )
-            )
-        return _score_parts(parts, probe)
+            pks.append(np.asarray([row[0] for row in tail], dtype=np.int64))
+            vectors = _int8_rows(b"".join(bytes(row[1]) for row in tail), len(tail))
+            bits.append(sign_bits(vectors).reshape(-1))
+        if not pks:
+            return np.empty(0, np.int64), np.empty(0, np.int32)
+        matrix = np.concatenate(bits).reshape(-1, width)
+        return np.concatenate(pks).astype(np.int64), hamming(matrix, probe)
+
+    def _rescored(
+        self,
+        conn: Connection,
+        candidates: NDArray[np.int64],
+        model: str,
+        probe: NDArray[np.float32],
+    ) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+        """The candidates' exact scores (cosine of their int8 vectors with `probe`), each
+        memory once; a memory deleted or re-embedded by another model since is left out."""
+        if len(candidates) == 0:
+            return np.empty(0, np.int64), np.empty(0, np.float32)
+        rows = self._blob_rows(
+            conn,
+            sa.select(V.memory_pk, V.scale, V.vector).where(
+                V.memory_pk.in_(np.unique(candidates).tolist()), V.model == model
+            ),
+        )
+        if not rows:
+            return np.empty(0, np.int64), np.empty(0, np.float32)
+        keys = np.asarray([row[0] for row in rows], dtype=np.int64)
+        scales = np.asarray([row[1] for row in rows], dtype=np.float32)
+        vectors = _int8_rows(b"".join(bytes(row[2]) for row in rows), len(rows))
+        return keys, int8_scores(vectors, scales, probe)
+
+    def _blob_rows(self, conn: Connection, statement: sa.Select[Any]) -> Sequence[Any]:
+        """The rows of a statement that reads blobs (a dialect hook: PostgreSQL reads them in
+        binary, not as hex text)."""
+        return conn.execute(statement).all()
 
 
-def _score_parts(
-    parts: list[tuple[bytes, bytes, bytes]], probe: NDArray[np.float32]
-) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
-    """Score `(pks, scales, vectors)` blobs against a unit vector, a group at a time (the
-    float32 copy of a group is the only large temporary)."""
-    dims = probe.shape[0]
-    pk_parts, score_parts = [], []
-    group: list[tuple[bytes, bytes, bytes]] = []
-    rows = 0
-    for part in [*parts, None]:
-        if part is not None:
-            group.append(part)
-            rows += len(part[0]) // 8
-            if rows < SCORE_GROUP_ROWS:
-                continue
-        if not group:
-            break
-        pks = np.frombuffer(b"".join(p[0] for p in group), dtype="<i8")
-        scales = np.frombuffer(b"".join(p[1] for p in group), dtype="<f4")
-        matrix = np.frombuffer(b"".join(p[2] for p in group), dtype=np.int8).reshape(-1, dims)
-        pk_parts.append(pks)
-        # einsum, not `@`: a matrix-vector product this small is not worth BLAS's threads, which
-        # spin and starve the server's own threads on a busy machine (measured: 1 ms vs 250 ms
-        # for 10,000 vectors with the machine loaded).
-        score_parts.append(np.einsum("ij,j->i", matrix.astype(np.float32), probe) * scales)
-        group, rows = [], 0
-    if not pk_parts:
-        return np.empty(0, np.int64), np.empty(0, np.float32)
-    return np.concatenate(pk_parts).astype(np.int64), np.concatenate(score_parts)
-
-
-def _best(pks: NDArray[np.int64], scores: NDArray[np.float32], count: int) -> NDArray[np.intp]:
-    """Indexes of the `count` best scores, best first (ties: the newer memory first)."""
-    if len(scores) > count:
-        top = np.argpartition(-scores, count - 1)[:count]
-    else:
-        top = np.arange(len(scores))
-    return top[np.lexsort((-pks[top], -scores[top]))]
+def _int8_rows(blob: bytes, rows: int) -> NDArray[np.int8]:
+    """`rows` int8 vectors stored end to end."""
+    return np.frombuffer(blob, dtype=np.int8).reshape(rows, -1)

@@ -122,7 +122,7 @@ def connect(url: str, *, write: bool) -> Engine:
 # --- values ----------------------------------------------------------------------------------
 
 
-def _python_type(column: sa.Column[Any]) -> type | None:
+def python_type(column: sa.Column[Any]) -> type | None:
     kind = column.type
     if isinstance(kind, sa.TypeDecorator):
         kind = kind.impl_instance
@@ -135,14 +135,14 @@ def _python_type(column: sa.Column[Any]) -> type | None:
 
 def _encoder(column: sa.Column[Any]) -> Callable[[Any], Any] | None:
     """How a column's value becomes JSON, when orjson cannot write it as it comes."""
-    if _python_type(column) is bytes:
+    if python_type(column) is bytes:
         return lambda value: None if value is None else base64.b64encode(value).decode()
     return None
 
 
 def decoder(column: sa.Column[Any]) -> Callable[[Any], Any] | None:
     """How a JSON value becomes the column's Python value again (None: as it is)."""
-    kind = _python_type(column)
+    kind = python_type(column)
     if kind is uuid.UUID:
         return lambda value: None if value is None else uuid.UUID(value)
     if kind is datetime:

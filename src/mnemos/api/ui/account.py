@@ -5,6 +5,7 @@ from __future__ import annotations
 from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from mnemos.api.access import authenticate
 from mnemos.api.deps import Services, person_of, services, user_identity
@@ -91,20 +92,25 @@ def _person(svc: Services, credential: str) -> UserContext:
 
 @router.post("/signin")
 async def sign_in(request: Request, svc: Services = Depends(services)) -> Response:
+    # Reading a session may read the database (a signed-in one: was it ended?), so it runs in a
+    # worker thread, never on the event loop, as everything else that reads the database.
+    async def refused(message: str, status: int) -> Response:
+        return await run_in_threadpool(_sign_in_form, request, svc, message, status, True)
+
     fields = await form_fields(request)
     try:
-        check_csrf(cookie_session(request, svc), fields.get("csrf_token"))
+        session = await run_in_threadpool(cookie_session, request, svc)
+        check_csrf(session, fields.get("csrf_token"))
     except (Unauthorized, CsrfRefused):
-        message = "The sign-in form had expired. Please try again."
-        return _sign_in_form(request, svc, message, status=403, error=True)
+        return await refused("The sign-in form had expired. Please try again.", 403)
     credential = fields.get("credential", "").strip()
     if not credential:
-        return _sign_in_form(request, svc, "Enter your API key.", status=422, error=True)
+        return await refused("Enter your API key.", 422)
     try:
         ctx = await authenticate(request, lambda: _person(svc, credential), user_identity)
     except MnemosError as exc:
-        return _sign_in_form(request, svc, exc.message, status=exc.status, error=True)
-    token, _ = svc.sessions.issue(ctx.user.id)
+        return await refused(exc.message, exc.status)
+    token, _ = await run_in_threadpool(svc.sessions.issue, ctx.user.id)
     response = redirect(HOME)
     set_session(response, request, svc, token)
     return response

@@ -1,8 +1,8 @@
 """The ordered answers of searches being paged: `search_pages`, so later pages neither repeat
 nor skip (docs/decisions.md, "Paging a search from its first answer").
 
-Revision ID: 0013_pages
-Revises: 0012_ended_sessions
+Revision ID: 0015_pages
+Revises: 0014_vector_bits
 Create Date: 2026-12-02
 """
 
@@ -13,8 +13,8 @@ from alembic import op
 
 from mnemos.storage.schema import UTCDateTime
 
-revision = "0013_pages"
-down_revision = "0012_ended_sessions"
+revision = "0015_pages"
+down_revision = "0014_vector_bits"
 branch_labels = None
 depends_on = None
 

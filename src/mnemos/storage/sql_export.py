@@ -1,0 +1,174 @@
+"""An export encoded by the database: each memory about a person and its history as JSON text,
+written by SQL (SQLite's `json_object`, PostgreSQL's `json_build_object`), so that exporting
+100,000 memories builds no Python object per memory or per field.
+
+The wire form is the one `mnemos.api.schemas.memory_json` and `mnemos.api.rights.change_json`
+write (ids as dashed UUIDs, times as UTC ISO 8601 with microseconds and a `Z`, enums as their
+values, metadata as an object); `tests/api/test_rights.py` checks that both agree, row for row.
+The fields come from `Memory` (the columns of the same names) and their kinds from its types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from mnemos.domain.models import EncodedBatch, Memory, Owners
+from mnemos.storage.rows import UNREADABLE_JSON
+
+Format = Callable[[str], str]
+
+_MARKER = json.dumps(UNREADABLE_JSON).replace("'", "''")
+
+
+def _sqlite_uuid(column: str) -> str:
+    # SQLite keeps a UUID as its 32 hex digits (NULL stays NULL through `||`).
+    parts = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
+    return "||'-'||".join(f"substr({column}, {start}, {length})" for start, length in parts)
+
+
+def _sqlite_time(column: str) -> str:
+    # SQLite keeps "2026-11-30 06:06:30.123456" (microseconds always written).
+    return f"replace({column}, ' ', 'T')||'Z'"
+
+
+def _sqlite_json(column: str) -> str:
+    return (
+        f"CASE WHEN {column} IS NULL THEN json('{{}}') WHEN json_valid({column}) "
+        f"THEN json({column}) ELSE json('{_MARKER}') END"
+    )
+
+
+def _pg_time(column: str) -> str:
+    return f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
+
+
+def _pg_json(column: str) -> str:
+    return f"coalesce({column}::jsonb, '{{}}'::jsonb)"
+
+
+def _as_is(column: str) -> str:
+    return column
+
+
+# Per dialect: the JSON object function, and how a UUID, a time and a JSON column are written.
+DIALECTS: dict[str, tuple[str, dict[type, Format]]] = {
+    "sqlite": (
+        "json_object",
+        {uuid.UUID: _sqlite_uuid, datetime: _sqlite_time, dict: _sqlite_json},
+    ),
+    "postgresql": ("json_build_object", {uuid.UUID: _as_is, datetime: _pg_time, dict: _pg_json}),
+}
+
+
+def _kind(hint: Any) -> type | None:
+    """The wire kind of a field type: UUID, datetime, dict, or None (written as it is)."""
+    for kind in (uuid.UUID, datetime, dict):
+        if hint is kind or kind in typing.get_args(hint) or typing.get_origin(hint) is kind:
+            return kind
+    return None
+
+
+_MEMORY_KINDS = {
+    field.name: _kind(hint)
+    for field, hint in zip(
+        dataclasses.fields(Memory), typing.get_type_hints(Memory).values(), strict=True
+    )
+}
+
+
+def _object(dialect: str, fields: list[tuple[str, str]]) -> str:
+    function = DIALECTS[dialect][0]
+    return f"{function}(" + ", ".join(f"'{name}', {sql}" for name, sql in fields) + ")"
+
+
+def _field(dialect: str, kind: type | None, column: str) -> str:
+    return (DIALECTS[dialect][1].get(kind) or _as_is)(column) if kind else column
+
+
+def memory_object(dialect: str, table: str) -> str:
+    """The SQL of a memory's JSON object, fields in `Memory`'s order."""
+    columns = [
+        (name, _field(dialect, kind, f'{table}."{name}"')) for name, kind in _MEMORY_KINDS.items()
+    ]
+    return _object(dialect, columns)
+
+
+def history_array(dialect: str, table: str) -> str:
+    """The SQL of the JSON array of a memory's changes, oldest first (`change_json`'s form)."""
+    change = _object(
+        dialect,
+        [
+            ("event", "h.event"),
+            ("actor", _object(dialect, [("type", "h.actor_type"), ("id", "h.actor_id")])),
+            ("request_id", "h.request_id"),
+            ("superseded_by", _field(dialect, uuid.UUID, "h.superseded_by")),
+            ("at", _field(dialect, datetime, "h.at")),
+        ],
+    )
+    if dialect == "postgresql":
+        return (
+            f"(SELECT coalesce(json_agg({change} ORDER BY h.pk), '[]'::json)::text "
+            f"FROM memory_history h WHERE h.memory_id = {table}.id)"
+        )
+    # A JSON value loses its JSON type through a subquery's column: json() gives it back.
+    return (
+        f"(SELECT json_group_array(json(c)) FROM (SELECT {change} AS c FROM memory_history h "
+        f"WHERE h.memory_id = {table}.id ORDER BY h.pk))"
+    )
+
+
+_ORDER = "m.scope, m.inserted_at, m.id"
+
+
+def about_statement(dialect: str, *, first: bool) -> sa.TextClause:
+    """One batch of the memories about `:subject`, on the subject index's order (keyset)."""
+    after = "" if first else f"AND ({_ORDER}) > (:after_scope, :after_at, :after_id) "
+    text = "::text" if dialect == "postgresql" else ""  # psycopg would decode JSON
+    return sa.text(
+        f"SELECT {_ORDER}, m.subject_id, m.source_agent_id, m.chat_room_id, "
+        f"{memory_object(dialect, 'm')}{text}, {history_array(dialect, 'm')} "
+        f"FROM memories m WHERE m.subject_id = :subject {after}"
+        f"ORDER BY {_ORDER} LIMIT :limit"
+    ).bindparams(sa.bindparam("subject", type_=sa.Uuid()))
+
+
+def read_batch(
+    conn: Connection,
+    statements: dict[bool, sa.TextClause],
+    subject: uuid.UUID,
+    after: Any,
+    limit: int,
+) -> EncodedBatch:
+    """Read one encoded batch; `after` is the previous batch's (None: the first)."""
+    params: dict[str, Any] = {"subject": subject, "limit": limit}
+    if after is not None:
+        params |= dict(zip(("after_scope", "after_at", "after_id"), after, strict=True))
+    rows = conn.execute(statements[after is None], params).all()
+    ids: dict[Any, uuid.UUID | None] = {None: None}
+    owners: list[Owners] = []
+    memories: list[bytes] = []
+    histories: list[bytes] = []
+    for row in rows:
+        key = []
+        for raw in row[3:6]:
+            if raw not in ids:
+                ids[raw] = raw if isinstance(raw, uuid.UUID) else uuid.UUID(hex=raw)
+            key.append(ids[raw])
+        owners.append((key[0], key[1], key[2]))
+        memories.append(_bytes(row[6]))
+        histories.append(_bytes(row[7]))
+    last = tuple(rows[-1][:3]) if rows else None
+    return EncodedBatch(owners, memories, histories, last)
+
+
+def _bytes(text: Any) -> bytes:
+    return text.encode() if isinstance(text, str) else bytes(text)

@@ -1,0 +1,83 @@
+"""The arithmetic of vector search, in numpy: int8 quantisation, sign bits, Hamming distances,
+exact int8 scoring (docs/search.md, "Vector storage").
+
+A vector is stored twice over: as int8 components with a scale (`quantize`), exact to within
+1/254 of its largest component, and as one sign bit per component (`sign_bits`, 48 bytes at 384
+dimensions, 8x less to read than int8). The number of components two vectors disagree in sign
+(`hamming`) tracks the angle between them, well enough to rank a scope's vectors and keep only
+the closest few hundred for exact scoring (`int8_scores`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+SCORE_GROUP_ROWS = 8192  # vectors converted to float32 at once (12 MiB at 384 dimensions)
+
+_POPCOUNT = np.asarray([bin(byte).count("1") for byte in range(256)], dtype=np.uint8)
+
+
+def quantize(vectors: NDArray[np.float32]) -> tuple[NDArray[np.int8], NDArray[np.float32]]:
+    """int8 rows and their scales: `row * scale` is the vector again, within 1/254 of its
+    largest component."""
+    peak = np.abs(vectors).max(axis=1)
+    scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    quantized = np.clip(np.rint(vectors / scales[:, None]), -127, 127).astype(np.int8)
+    return quantized, scales
+
+
+def sign_bits(vectors: NDArray[np.int8] | NDArray[np.float32]) -> NDArray[np.uint8]:
+    """One bit per component, set where it is positive, packed 8 to a byte (big-endian bit
+    order, `np.packbits`): rows of `dimensions / 8` bytes.
+
+    >>> sign_bits(np.asarray([[3, -1, 0, 5, -2, 1, 1, -7]], dtype=np.int8)).tolist()
+    [[150]]
+    """
+    positive = np.atleast_2d(np.asarray(vectors)) > 0
+    return np.packbits(positive, axis=1)
+
+
+def hamming(bits: NDArray[np.uint8], probe: NDArray[np.uint8]) -> NDArray[np.int32]:
+    """The number of differing bits between each row of `bits` (n x bytes) and `probe`."""
+    rows, width = bits.shape
+    if width % 8 == 0 and hasattr(np, "bitwise_count"):  # numpy >= 2: popcount on 64-bit words
+        words = np.ascontiguousarray(bits).view(np.uint64)
+        flipped = words ^ np.ascontiguousarray(probe).view(np.uint64)
+        counted: NDArray[np.int32] = np.bitwise_count(flipped).sum(axis=1, dtype=np.int32)
+        return counted
+    looked_up: NDArray[np.int32] = _POPCOUNT[bits ^ probe].sum(axis=1, dtype=np.int32)
+    return looked_up.reshape(rows)
+
+
+def closest(distances: NDArray[np.int32], count: int) -> NDArray[np.intp]:
+    """Indexes of the `count` smallest distances, in no particular order."""
+    if len(distances) <= count:
+        return np.arange(len(distances))
+    return np.argpartition(distances, count - 1)[:count]
+
+
+def int8_scores(
+    vectors: NDArray[np.int8], scales: NDArray[np.float32], probe: NDArray[np.float32]
+) -> NDArray[np.float32]:
+    """Cosine similarity of each int8 row (times its scale) with the unit vector `probe`, a
+    group at a time (the float32 copy of a group is the only large temporary)."""
+    parts = []
+    for start in range(0, len(vectors), SCORE_GROUP_ROWS):
+        group = vectors[start : start + SCORE_GROUP_ROWS].astype(np.float32)
+        # einsum, not `@`: a matrix-vector product this small is not worth BLAS's threads, which
+        # spin and starve the server's own threads on a busy machine (measured: 1 ms vs 250 ms
+        # for 10,000 vectors with the machine loaded).
+        parts.append(np.einsum("ij,j->i", group, probe) * scales[start : start + SCORE_GROUP_ROWS])
+    if not parts:
+        return np.empty(0, np.float32)
+    return np.concatenate(parts).astype(np.float32)
+
+
+def best(pks: NDArray[np.int64], scores: NDArray[np.float32], count: int) -> NDArray[np.intp]:
+    """Indexes of the `count` best scores, best first (ties: the newer memory first)."""
+    if len(scores) > count:
+        top = np.argpartition(-scores, count - 1)[:count]
+    else:
+        top = np.arange(len(scores))
+    return top[np.lexsort((-pks[top], -scores[top]))]

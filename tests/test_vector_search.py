@@ -1,0 +1,178 @@
+"""The vector search's layout and first pass (docs/search.md, "Vector storage"): every sealed
+chunk carries its vectors' sign bits, a search ranks a scope by Hamming distance and scores the
+closest exactly; on every backend, with constructed vectors whose exact answer is known."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from numpy.typing import NDArray
+
+from mnemos.config import Settings
+from mnemos.domain.accounts import hash_key
+from mnemos.domain.ids import utcnow, uuid7
+from mnemos.domain.memories import AgentListParams, MemoryService
+from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.queries import Filters
+from mnemos.storage import migrate
+from mnemos.storage.base import Store
+from mnemos.storage.postgres import driver_url
+from mnemos.storage.schema import vector_chunks
+from mnemos.storage.sql_vectors import CHUNK_ROWS, RESCORE
+from mnemos.storage.vector_codes import hamming, quantize, sign_bits
+from tests.conftest import BACKENDS
+from tests.test_migration_tuya import fresh_database
+from tests.world import Actor, World
+
+MODEL = "constructed"
+DIMS = 384
+
+
+def unit(vectors: NDArray[np.float32]) -> NDArray[np.float32]:
+    normed: NDArray[np.float32] = vectors / np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return normed
+
+
+def agent_memories(agent: Actor, count: int) -> list[Memory]:
+    now = utcnow()
+    return [
+        Memory(
+            id=uuid7(),
+            content=f"constructed {i}",
+            thought=None,
+            system=System.LONG_TERM,
+            type=MemoryType.SEMANTIC,
+            segment=Segment.USER,
+            scope=Scope.AGENT,
+            subject_id=None,
+            organization_id=None,
+            source_agent_id=uuid.UUID(agent.id),
+            chat_room_id=None,
+            metadata={},
+            status=Status.ACTIVE,
+            inserted_at=now,
+            updated_at=now,
+        )
+        for i in range(count)
+    ]
+
+
+def saved(store: Store, agent: Actor, vectors: NDArray[np.float32]) -> list[uuid.UUID]:
+    """Memories of `agent` with these vectors, saved as the embedding worker saves them (a
+    batch at a time: full tails are sealed into chunks); their ids, in order."""
+    made = agent_memories(agent, len(vectors))
+    store.replace_memories(made, [], made[0].inserted_at)
+    ids = [memory.id for memory in made]
+    for start in range(0, len(ids), 100):
+        store.save_vectors(MODEL, ids[start : start + 100], vectors[start : start + 100])
+    return ids
+
+
+def agent_query(store: Store, agent: Actor) -> Any:
+    found = store.agent_by_key(hash_key(agent.api_key))
+    assert found is not None
+    return MemoryService.agent_query(found, AgentListParams(), Filters())
+
+
+def chunk_rows(store: Store) -> list[Any]:
+    with store._read() as conn:  # type: ignore[attr-defined]
+        return list(
+            conn.execute(
+                sa.select(
+                    vector_chunks.c.rows, vector_chunks.c.vectors, vector_chunks.c.bits
+                ).order_by(vector_chunks.c.owner, vector_chunks.c.seq)
+            )
+        )
+
+
+def test_hamming_counts_the_components_that_differ_in_sign() -> None:
+    rng = np.random.default_rng(5)
+    for dims in (DIMS, 24):  # 48 bytes (64-bit words) and 3 bytes (the byte table)
+        vectors = rng.integers(-127, 128, (50, dims)).astype(np.int8)
+        probe = rng.standard_normal(dims).astype(np.float32)
+        expected = ((vectors > 0) != (probe > 0)).sum(axis=1)
+        assert hamming(sign_bits(vectors), sign_bits(probe)[0]).tolist() == expected.tolist()
+
+
+def test_new_chunks_carry_the_sign_bits_of_their_vectors(store: Store, world: World) -> None:
+    agent = world.agent(world.user("Ann", "acme"))
+    rng = np.random.default_rng(1)
+    saved(store, agent, unit(rng.standard_normal((CHUNK_ROWS + 30, DIMS)).astype(np.float32)))
+    chunks = chunk_rows(store)
+    assert chunks  # the agent's and nothing else: one sealed chunk, the rest in the tail
+    for rows, vectors, bits in chunks:
+        matrix = np.frombuffer(bytes(vectors), dtype=np.int8).reshape(rows, DIMS)
+        assert bytes(bits) == sign_bits(matrix).tobytes()
+        assert len(bytes(bits)) == rows * DIMS // 8
+
+
+def test_the_bit_pass_and_rescoring_return_the_exact_top_k(store: Store, world: World) -> None:
+    """Far more vectors than are rescored, in sealed chunks and a tail. The probe's ten
+    nearest are made from the probe, each with its own, growing, perturbation; two of them are
+    built so that sign bits and cosine disagree on their order: `quiet` flips the sign of the
+    probe's 40 smallest components (far by Hamming, yet very close), `loud` keeps every sign
+    but adds noise (no bit differs, yet further by cosine). The answer must be the exact top
+    ten, in exact order, with exact scores."""
+    agent = world.agent(world.user("Ann", "acme"))
+    rng = np.random.default_rng(11)
+    count = 3 * CHUNK_ROWS + 100
+    assert count > 2 * RESCORE
+    vectors = unit(rng.standard_normal((count, DIMS)).astype(np.float32))
+    probe = unit(rng.standard_normal(DIMS).astype(np.float32))
+    near = [
+        unit(probe + rng.standard_normal(DIMS).astype(np.float32) * 0.01 * s) for s in range(1, 9)
+    ]
+    quiet = probe.copy()
+    smallest = np.argsort(np.abs(probe))[:40]
+    quiet[smallest] *= -1
+    loud = np.abs(probe + rng.standard_normal(DIMS).astype(np.float32) * 0.06) * np.sign(probe)
+    planted = [*near, unit(quiet), unit(loud)]
+    places = [5, 300, 301, 600, 777, count - 1, count - 40, 40, 260, 700]  # chunks and tail
+    for place, vector in zip(places, planted, strict=True):
+        vectors[place] = vector
+    ids = saved(store, agent, vectors)
+    quantized, scales = quantize(vectors)
+    exact = quantized.astype(np.float32) @ probe * scales
+    top = np.argsort(-exact)[:10]
+    assert sorted(top.tolist()) == sorted(places)
+    bits = hamming(sign_bits(quantized), sign_bits(probe)[0])
+    quiet_at, loud_at = places[-2], places[-1]
+    assert bits[quiet_at] > bits[loud_at] and exact[quiet_at] > exact[loud_at]
+
+    found = store.nearest_memories(agent_query(store, agent), probe, MODEL, 10)
+
+    assert [ranked.memory.id for ranked in found] == [ids[i] for i in top]
+    assert [ranked.score for ranked in found] == pytest.approx(exact[top].tolist(), abs=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migration_gives_chunks_sealed_before_it_their_bits(backend: str, tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    quantized, scales = quantize(unit(rng.standard_normal((CHUNK_ROWS, DIMS)).astype(np.float32)))
+    with fresh_database(backend, tmp_path) as url:
+        migrate(Settings(database_url=url), "0011_history")
+        engine = sa.create_engine(driver_url(url))
+        # The table as revision 0011 made it: no bits.
+        old = sa.table("vector_chunks", *[sa.column(c.name) for c in vector_chunks.c][:-1])
+        with engine.begin() as conn:
+            conn.execute(
+                old.insert().values(
+                    owner="a" + uuid.uuid4().hex,
+                    seq=1,
+                    model=MODEL,
+                    rows=CHUNK_ROWS,
+                    pks=np.arange(CHUNK_ROWS, dtype="<i8").tobytes(),
+                    scales=scales.tobytes(),
+                    vectors=quantized.tobytes(),
+                )
+            )
+        migrate(Settings(database_url=url))
+        with engine.connect() as conn:
+            bits = conn.execute(sa.select(vector_chunks.c.bits)).scalar_one()
+        engine.dispose()
+    assert bytes(bits) == sign_bits(quantized).tobytes()
