@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -15,10 +16,14 @@ from numpy.typing import NDArray
 
 from mnemos.api.app import create_app
 from mnemos.config import Settings
+from mnemos.domain import recall
 from mnemos.domain.ids import utcnow, uuid7
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
 from mnemos.domain.ports import Embedder
+from mnemos.domain.queries import Audience, MemoryQuery
+from mnemos.domain.recall import SearchMode
 from mnemos.embedding import load_embedder
+from mnemos.errors import InvalidPagination
 from mnemos.indexer import drain
 from mnemos.storage.base import Store
 from tests.world import Actor, World, memory_body
@@ -548,11 +553,16 @@ TEAS = [
 
 
 def every_page(
-    client: TestClient, actor: Actor, query: str, *, human: bool, **params: Any
+    client: TestClient,
+    actor: Actor,
+    query: str,
+    *,
+    human: bool,
+    cursor: str | None = None,
+    **params: Any,
 ) -> list[list[str]]:
-    """The ids of each page of one search, following `next_cursor` to the end."""
+    """The ids of each page of one search (from `cursor`), following `next_cursor` to the end."""
     pages: list[list[str]] = []
-    cursor: str | None = None
     while True:
         extra = {"cursor": cursor} if cursor else {}
         body = search(client, actor, query, human=human, **params, **extra)
@@ -624,3 +634,155 @@ def test_a_cursor_serves_only_its_own_search(
     assert response.status_code == 422  # nor the other way round
     again = search(app_client, writer, "tea", limit=3, cursor=cursor)
     assert not set(ids(again)) & set(ids(first))
+
+
+RAFTING = [f"The user went rafting on the river, outing number {i}" for i in range(12)]
+
+
+def test_superseding_what_was_served_skips_nothing_after_it(
+    app_client: TestClient, store: Store, embedder: Embedder, acme: dict[str, Actor]
+) -> None:
+    """Working through results (superseding each memory served) raises every RRF score below
+    the cut: the next page still serves exactly the rest of the first answer."""
+    writer = acme["writer"]
+    for text in RAFTING:
+        put(app_client, writer, text)
+    drain(store, embedder)
+    first = search(app_client, writer, "rafting", limit=5)
+    for memory_id in ids(first):
+        response = app_client.post(
+            f"/api/v1/agent/memories/{memory_id}/supersede", headers=writer.headers
+        )
+        assert response.status_code == 200, response.text
+    cursor = first["meta"]["next_cursor"]
+    rest = every_page(app_client, writer, "rafting", human=False, limit=5, cursor=cursor)
+    served = [memory_id for page in rest for memory_id in page]
+    assert len(served) == len(RAFTING) - 5
+    assert set(served) | set(ids(first)) == set(listed(app_client, writer, status="all"))
+
+
+def test_memories_stored_meanwhile_repeat_nothing(
+    app_client: TestClient, store: Store, embedder: Embedder, acme: dict[str, Actor]
+) -> None:
+    """New matching memories lower every RRF score: a later page neither repeats the first
+    nor adds them (they come with the next search)."""
+    writer = acme["writer"]
+    for text in RAFTING:
+        put(app_client, writer, text)
+    drain(store, embedder)
+    first = search(app_client, writer, "rafting", limit=5)
+    new = {put(app_client, writer, f"Rafting again, trip {i}") for i in range(3)}
+    drain(store, embedder)
+    cursor = first["meta"]["next_cursor"]
+    rest = every_page(app_client, writer, "rafting", human=False, limit=5, cursor=cursor)
+    served = [memory_id for page in rest for memory_id in page]
+    assert not set(served) & set(ids(first)) and not set(served) & new
+    assert len(served) == len(RAFTING) - 5
+    assert new <= set(ids(search(app_client, writer, "rafting", limit=50)))
+
+
+def test_semantic_pages_serve_equal_scores_once(
+    app_client: TestClient, store: Store, embedder: Embedder, acme: dict[str, Actor]
+) -> None:
+    """Memories whose ids sort unlike their rows (several writer processes: uuid7s made in one
+    order, inserted in another) and whose scores tie are each served once."""
+    writer = acme["writer"]
+    same = stored_directly(["The same note about kayaks."] * 30, writer.id)
+    for memory in reversed(same):  # rows inserted newest id first
+        store.replace_memories([memory], [], utcnow())
+    drain(store, embedder)
+    pages = every_page(app_client, writer, "kayaks", human=False, mode="semantic", limit=7)
+    served = [memory_id for page in pages for memory_id in page]
+    assert sorted(served) == sorted(str(memory.id) for memory in same)
+
+
+def test_a_search_kept_too_long_has_expired(
+    app_client: TestClient,
+    acme: dict[str, Actor],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    writer = acme["writer"]
+    for text in RAFTING:
+        put(app_client, writer, text)
+    monkeypatch.setattr(recall, "KEPT_FOR", timedelta(seconds=-1))
+    cursor = search(app_client, writer, "rafting", limit=5)["meta"]["next_cursor"]
+    response = app_client.get(
+        "/api/v1/agent/memories/search",
+        params={"query": "rafting", "limit": 5, "cursor": cursor},
+        headers=writer.headers,
+    )
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_pagination"
+    assert error["details"] == {"cursor": "expired"}
+    assert "search again" in error["message"]
+
+
+def test_a_hybrid_cursor_continues_where_there_is_no_embedder(
+    app_client: TestClient,
+    settings: Settings,
+    store: Store,
+    embedder: Embedder,
+    acme: dict[str, Actor],
+) -> None:
+    """Every process can serve a search's later pages: they read its kept answer."""
+    writer = acme["writer"]
+    for text in RAFTING:
+        put(app_client, writer, text)
+    drain(store, embedder)
+    first = search(app_client, writer, "rafting", limit=5)
+    assert first["meta"]["mode"] == "hybrid"
+    with TestClient(create_app(settings, store, None)) as plain:
+        cursor = first["meta"]["next_cursor"]
+        rest = every_page(plain, writer, "rafting", human=False, limit=5, cursor=cursor)
+    served = [memory_id for page in rest for memory_id in page]
+    assert sorted(served + ids(first)) == sorted(listed(app_client, writer))
+
+
+def test_a_search_page_holds_at_most_max_limit(
+    app_client: TestClient, acme: dict[str, Actor]
+) -> None:
+    recaller = app_client.app.state.services.memories.recall  # type: ignore[attr-defined]
+    query = MemoryQuery(audiences=(Audience(source_agent_id=uuid.UUID(acme["writer"].id)),))
+    with pytest.raises(InvalidPagination):
+        recaller.search(query, "tea", SearchMode.KEYWORD, recall.MAX_LIMIT + 1)
+
+
+def test_another_organizations_words_change_nothing_here(
+    app_client: TestClient, acme: dict[str, Actor]
+) -> None:
+    """A keyword score tells nothing of other organizations' memories (SQLite's bm25 counts
+    the whole index): Eve's writes leave Ann's agent's answer as it was."""
+    writer, outsider = acme["writer"], acme["outsider"]
+    put(app_client, writer, "quixotrel is the codename of the spring launch")
+    put(app_client, writer, "the quixotrel budget was approved by finance, quixotrel again")
+    put(app_client, writer, "lunch is at noon")
+
+    def answer() -> list[tuple[str, float]]:
+        body = search(app_client, writer, "quixotrel", mode="keyword")
+        return [(row["id"], row["score"]) for row in body["data"]]
+
+    before = answer()
+    assert len(before) == 2
+    for n in range(5):
+        put(app_client, outsider, f"quixotrel private note {n}")
+    assert answer() == before
+
+
+def test_keyword_pages_stay_put_while_another_organization_writes(
+    app_client: TestClient, acme: dict[str, Actor]
+) -> None:
+    """SQLite's bm25 moves with the whole index: Eve's writes between two pages of Ann's
+    agent's search neither repeat nor skip anything of it."""
+    writer, outsider = acme["writer"], acme["outsider"]
+    for text in RAFTING:
+        put(app_client, writer, text)
+    first = search(app_client, writer, "rafting", mode="keyword", limit=5)
+    for n in range(20):
+        put(app_client, outsider, f"rafting trip {n} of another company")
+    cursor = first["meta"]["next_cursor"]
+    rest = every_page(
+        app_client, writer, "rafting", human=False, mode="keyword", limit=5, cursor=cursor
+    )
+    served = ids(first) + [memory_id for page in rest for memory_id in page]
+    assert sorted(served) == sorted(listed(app_client, writer))

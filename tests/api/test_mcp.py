@@ -175,3 +175,20 @@ def test_without_the_sdk_mcp_says_how_to_install_it(database_url: str) -> None:
     assert answer["status"] == 501
     assert answer["body"]["error"]["code"] == "mcp_not_installed"
     assert "mnemos[mcp]" in answer["body"]["error"]["message"]
+
+
+def test_search_memories_takes_the_rest_routes_limits(
+    settings: Settings, store: Store, world: World
+) -> None:
+    """`search_memories` pages like `GET /api/v1/agent/memories/search`: 1-50 a page."""
+    agent = world.agent(world.user("Sal", "mcp"))
+    headers = {**HEADERS, **agent.headers}
+    with TestClient(create_app(settings, store)) as client:
+        for limit, refused in ((50, False), (51, True), (0, True)):
+            answer = client.post(
+                "/mcp",
+                json=call("search_memories", {"query": "x", "limit": limit}),
+                headers=headers,
+            )
+            assert answer.status_code == 200, answer.text
+            assert ("invalid_pagination" in answer.text) is refused, answer.text

@@ -36,7 +36,7 @@ from mnemos.domain.pagination import (
     cursor_meta,
     offset_meta,
 )
-from mnemos.domain.ports import MemoryStore, RoomStore, VectorStore
+from mnemos.domain.ports import MemoryStore, RoomStore, SearchPages, VectorStore
 from mnemos.domain.queries import Filters, MemoryQuery, Order
 from mnemos.domain.recall import Recall, Recalled, SearchMode, query_words
 from mnemos.domain.search import Ranked, Ranker
@@ -133,8 +133,9 @@ class AgentListParams:
     subject_id: uuid.UUID | None = None
 
 
-class MemoryServiceStore(MemoryStore, RoomStore, VectorStore, Protocol):
-    """Memories, a member's role in a room (rooms widen who may write), and memory vectors."""
+class MemoryServiceStore(MemoryStore, RoomStore, VectorStore, SearchPages, Protocol):
+    """Memories, a member's role in a room (rooms widen who may write), memory vectors and the
+    kept answers of searches being paged."""
 
 
 class MemoryService:
@@ -189,11 +190,13 @@ class MemoryService:
         text = query_words(query.search)
         if isinstance(request, OffsetPage):
             depth = min(request.offset + request.page_size, RANKED_LIST_CAP)
-            found = self.recall.search(query, text, SearchMode.HYBRID, depth).items
+            found, _ = self.recall.answer(query, text, SearchMode.HYBRID, depth)
+            found = found[:depth]
             items = [r.memory for r in found[request.offset : request.offset + request.page_size]]
             return MemoryPage(items, offset_meta(request, len(found)), deprecated=True)
-        found = self.recall.search(query, text, SearchMode.HYBRID, request.limit).items
-        return MemoryPage([r.memory for r in found], cursor_meta(request, None), deprecated=False)
+        found, _ = self.recall.answer(query, text, SearchMode.HYBRID, request.limit)
+        items = [r.memory for r in found[: request.limit]]
+        return MemoryPage(items, cursor_meta(request, None), deprecated=False)
 
     def ranked_page(self, query: MemoryQuery, limit: int, cursor: str | None) -> RankedPage:
         """One page of a relevance-ordered query, best first, continued by a `(score, id)`

@@ -3,8 +3,9 @@
 A cursor is `base64url(json {"t": inserted_at, "i": id}) + "." + base64url(hmac)`: opaque to
 callers and tamper-evident, signed with a secret every server process shares (it lives in the
 database, so any process can continue a cursor another process issued). A ranked list's cursor
-holds `{"s": score, "i": id}` instead, and a search's cursor (`RecallPosition`) also names the
-search it continues; no kind is accepted where another is expected.
+holds `{"s": score, "i": id}` instead, and a search's cursor (`RecallPosition`) names the search
+it continues, its kept answer and an offset in it; no kind is accepted where another is
+expected.
 """
 
 from __future__ import annotations
@@ -48,16 +49,15 @@ class RankPosition:
 
 @dataclass(frozen=True)
 class RecallPosition:
-    """A place in one search's answer (`domain/recall.py`): strictly after `(score, id)` in the
-    order of the search named by `search` (a digest of its words, mode and audience), ranked by
-    `mode` (the mode that answered: `keyword` when hybrid fell back); `served` memories came
-    before it (a hint of how deep to look, never trusted for order)."""
+    """A place in one search's answer (`domain/recall.py`): the search named by `search` (a
+    digest of its words, mode and audience), answered by `mode` (`keyword` when hybrid fell
+    back), whose ordered answer the first page kept as `kept` (`SearchPages`); the next page
+    starts at index `offset` of it."""
 
     search: str
     mode: str
-    score: float
-    id: uuid.UUID
-    served: int
+    kept: str
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class CursorCodec:
 
     def encode_recall(self, position: RecallPosition) -> str:
         p = position
-        return self._seal({"k": p.search, "m": p.mode, "s": p.score, "i": str(p.id), "n": p.served})
+        return self._seal({"k": p.search, "m": p.mode, "p": p.kept, "o": p.offset})
 
     def decode(self, cursor: str) -> Position:
         """The position a cursor names, or `invalid_pagination` for anything forged or broken."""
@@ -132,12 +132,10 @@ class CursorCodec:
         data = self._open(cursor)
         try:
             position = RecallPosition(
-                search=str(data["k"]),
-                mode=str(data["m"]),
-                score=_number(data["s"]),
-                id=uuid.UUID(data["i"]),
-                served=int(data["n"]),
+                search=str(data["k"]), mode=str(data["m"]), kept=str(data["p"]), offset=data["o"]
             )
+            if not isinstance(position.offset, int) or position.offset < 0:
+                raise TypeError("not an offset")
         except (ValueError, KeyError, TypeError, AttributeError):
             raise _malformed() from None
         if not hmac.compare_digest(position.search, search):

@@ -70,6 +70,21 @@ class EndedSessions(Protocol):
         """True once `end_session` was called for it (read where the write went: never stale)."""
 
 
+class SearchPages(Protocol):
+    """The ordered answers of searches being paged (`domain/recall.py`), shared by every
+    process, kept until they expire."""
+
+    @abc.abstractmethod
+    def keep_search(
+        self, search_id: str, ranked: Sequence[tuple[uuid.UUID, float]], expires_at: datetime
+    ) -> None:
+        """Keep `ranked` (memory ids and scores, in order) as `search_id` until `expires_at`."""
+
+    @abc.abstractmethod
+    def kept_search(self, search_id: str) -> list[tuple[uuid.UUID, float]] | None:
+        """What `keep_search` kept, in its order; None once it expired (or never was)."""
+
+
 class MemoryStore(Protocol):
     """Memories: insert, read, list, change and delete them.
 

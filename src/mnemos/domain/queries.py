@@ -56,6 +56,7 @@ class Filters:
     source_agent_id: uuid.UUID | None = None
     chat_room_id: uuid.UUID | None = None
     memory_id: uuid.UUID | None = None
+    memory_ids: tuple[uuid.UUID, ...] | None = None  # one of these (a search's later pages)
     search: SearchQuery | None = None  # matched by the backend's full-text hook, not FILTER_SQL
 
     def within(

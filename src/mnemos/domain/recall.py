@@ -4,16 +4,20 @@ A search runs over a `MemoryQuery` the visibility rules built, exactly as a list
 rankers only order what the query holds (the vector store re-checks every candidate against
 it in the database). Modes:
 
-- `keyword`: full-text relevance (the store's `Ranker`: FTS5 bm25 / `ts_rank`).
+- `keyword`: full-text relevance (the store's `Ranker`: FTS5 bm25 / `ts_rank`); a memory's
+  score is `1 / (RRF_K + rank)`, its rank alone (bm25 counts every organization's memories).
 - `semantic`: cosine similarity of the query's embedding to each memory's vector.
 - `hybrid` (default): reciprocal rank fusion of both over the best `HYBRID_DEPTH` of each leg;
   a memory's score is the sum over legs of `1 / (RRF_K + rank)`. Without an embedder, hybrid
   is keyword search and says so in `meta`.
 
-Every mode pages with a signed cursor bound to the search (`search_key`: its words, mode,
-filters and audience) holding the last `(score, id)` served: each page is the same fixed order
-cut strictly after it, so a page neither repeats nor skips a memory of the pages before
-(docs/decisions.md, "Paging a search").
+The first page computes the search's whole ordered answer (at most `MAX_DEPTH` memories, or
+`2 * HYBRID_DEPTH` for hybrid) and keeps the rest of it (`SearchPages`, for `KEPT_FOR`); its
+signed cursor is bound to the search (`search_key`: its words, mode, filters and audience) and
+names the kept answer and an offset in it. A later page serves the next ids of that answer,
+each checked again against the query: nothing repeats, nothing that still matches is skipped,
+what was removed or changed meanwhile drops out, and what was stored meanwhile is not added
+(docs/decisions.md, "Paging a search from its first answer").
 
 Memories are embedded after they are stored (`embed_pending`, run by every server process and
 by `mnemos reindex`): until then keyword search finds them, semantic search does not.
@@ -24,30 +28,32 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import secrets
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
-from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Memory
-from mnemos.domain.pagination import CursorCodec, RankPosition, RecallPosition
-from mnemos.domain.ports import Embedder, MemoryStore, VectorStore
+from mnemos.domain.pagination import CursorCodec, RecallPosition
+from mnemos.domain.ports import Embedder, MemoryStore, SearchPages, VectorStore
 from mnemos.domain.queries import MemoryQuery, Order
 from mnemos.domain.search import Ranked, SearchQuery, parse_search
-from mnemos.errors import MnemosError, SemanticSearchDisabled, invalid_field
+from mnemos.errors import InvalidPagination, MnemosError, SemanticSearchDisabled, invalid_field
 
 log = logging.getLogger("mnemos")
 
 RRF_K = 60
 MAX_LIMIT = 50
 HYBRID_DEPTH = 100  # each leg of a hybrid search: its answer is at most twice this
-MAX_DEPTH = 1_000  # the deepest a semantic search reads
+MAX_DEPTH = 200  # the most a keyword or semantic search answers (hybrid: 2 * HYBRID_DEPTH)
+KEPT_FOR = timedelta(minutes=30)  # how long a search's later pages can be read
 EMBED_LEASE = timedelta(seconds=30)
 
 
@@ -57,8 +63,8 @@ class SearchMode(StrEnum):
     KEYWORD = "keyword"
 
 
-class RecallStore(MemoryStore, VectorStore, Protocol):
-    """Memories, full-text ranking and vectors."""
+class RecallStore(MemoryStore, VectorStore, SearchPages, Protocol):
+    """Memories, full-text ranking, vectors and the kept answers of searches being paged."""
 
 
 @dataclass(frozen=True)
@@ -105,56 +111,102 @@ class Recall:
         limit: int,
         cursor: str | None = None,
     ) -> Recalled:
-        """The best `limit` memories of `query` for `text` (after the position of `cursor`, the
-        `next_cursor` of this same search's previous page). A full-text search already on the
-        query (a list's `content_query`) is the keyword leg as given; else `text` is parsed."""
+        """The best `limit` (1 to `MAX_LIMIT`) memories of `query` for `text`, or the next
+        `limit` of this same search's answer after `cursor` (its previous page's
+        `next_cursor`). A full-text search already on the query (a list's `content_query`) is
+        the keyword leg as given; else `text` is parsed."""
         self.check_text(text)
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InvalidPagination(
+                f"limit must be between 1 and {MAX_LIMIT}",
+                details={"limit": f"must be 1..{MAX_LIMIT}"},
+            )
         key = search_key(query, text, mode)
-        after = self.codec.decode_recall(cursor, key) if cursor is not None else None
+        if cursor is not None:
+            return self._later_page(query, mode, self.codec.decode_recall(cursor, key), limit)
         meta: dict[str, Any] = {"mode": mode.value, "limit": limit}
-        probe, fallback = self._probe(text, mode, after)
+        ordered, fallback = self.answer(query, text, mode, MAX_DEPTH)
         if fallback is not None:
             meta.update(mode="keyword", requested_mode=mode.value, fallback=fallback)
-        if probe is None:
-            strict = mode is SearchMode.KEYWORD
-            fetch: Fetch = partial(self._keyword_page, query, text, strict, after)
-        else:
-            fetch = partial(self._meaning_page, query, text, probe, mode, after)
-        items, more = fetch(limit)
         next_cursor = None
-        if more:
-            served = (after.served if after else 0) + len(items)
-            last = items[-1]
-            position = RecallPosition(key, meta["mode"], last.score, last.memory.id, served)
-            next_cursor = self.codec.encode_recall(position)
-        meta.update(has_more=more, next_cursor=next_cursor)
-        return Recalled(items, meta)
+        if len(ordered) > limit:
+            kept = secrets.token_urlsafe(18)
+            rest = [(ranked.memory.id, ranked.score) for ranked in ordered[limit:]]
+            self.store.keep_search(kept, rest, utcnow() + KEPT_FOR)
+            next_cursor = self.codec.encode_recall(RecallPosition(key, meta["mode"], kept, 0))
+        meta.update(has_more=next_cursor is not None, next_cursor=next_cursor)
+        return Recalled(ordered[:limit], meta)
 
-    def _probe(
-        self, text: str, mode: SearchMode, after: RecallPosition | None
-    ) -> tuple[NDArray[np.float32] | None, str | None]:
+    def answer(
+        self, query: MemoryQuery, text: str, mode: SearchMode, depth: int
+    ) -> tuple[list[Ranked], str | None]:
+        """A search's whole ordered answer, best first (at most `depth` memories by keyword or
+        by meaning; hybrid fuses the best `HYBRID_DEPTH` of each leg), and why hybrid fell back
+        to keyword (None: it did not)."""
+        probe, fallback = self._probe(text, mode)
+        if probe is None:
+            return self._by_words(query, text, mode is SearchMode.KEYWORD, depth), fallback
+        if mode is SearchMode.SEMANTIC:
+            return self._nearest(query, probe, depth), None
+        by_meaning = self._nearest(query, probe, HYBRID_DEPTH)
+        by_words = self._by_words(query, text, False, HYBRID_DEPTH)
+        return fuse([by_words, by_meaning], 2 * HYBRID_DEPTH), None
+
+    def _later_page(
+        self, query: MemoryQuery, mode: SearchMode, after: RecallPosition, limit: int
+    ) -> Recalled:
+        """The next `limit` memories of the answer the first page kept, from `after.offset`,
+        each checked again against the query (gone, changed or no longer visible: skipped)."""
+        kept = self.store.kept_search(after.kept)
+        if kept is None:
+            raise InvalidPagination(
+                "This search has expired: search again", details={"cursor": "expired"}
+            )
+        meta: dict[str, Any] = {"mode": after.mode, "limit": limit}
+        if after.mode != mode.value:
+            meta.update(requested_mode=mode.value, fallback="first page fell back")
+        live = replace(query, search=None, order=Order.NEWEST)
+        found: list[tuple[int, Ranked]] = []
+        at = after.offset
+        while at < len(kept) and len(found) <= limit:
+            chunk = kept[at : at + MAX_LIMIT + 1]
+            ids = tuple(memory_id for memory_id, _ in chunk)
+            rows = self.store.list_memories(replace(live, memory_ids=ids), limit=len(ids))
+            alive = {memory.id: memory for memory in rows}
+            found.extend(
+                (at + n, Ranked(alive[memory_id], score))
+                for n, (memory_id, score) in enumerate(chunk)
+                if memory_id in alive
+            )
+            at += len(chunk)
+        next_cursor = None
+        if len(found) > limit:
+            position = replace(after, offset=found[limit - 1][0] + 1)
+            next_cursor = self.codec.encode_recall(position)
+        meta.update(has_more=next_cursor is not None, next_cursor=next_cursor)
+        return Recalled([ranked for _, ranked in found[:limit]], meta)
+
+    def _probe(self, text: str, mode: SearchMode) -> tuple[NDArray[np.float32] | None, str | None]:
         """The query's embedding (None: rank by keyword), and why hybrid fell back to keyword
-        (None: it did not). A search keeps the mode its first page had."""
+        (None: it did not)."""
         if mode is SearchMode.KEYWORD:
             return None, None
         if self.embedder is None:
-            if mode is SearchMode.SEMANTIC or (after and after.mode != SearchMode.KEYWORD):
+            if mode is SearchMode.SEMANTIC:
                 raise SemanticSearchDisabled()
             return None, "no embedder"
-        if after is not None and after.mode == SearchMode.KEYWORD:
-            return None, "first page fell back"  # the rest of the search follows its order
         try:
             return self.embedder.embed([text])[0], None
         except MnemosError as exc:  # an embedding service that fails: keyword still answers
-            if mode is SearchMode.SEMANTIC or after is not None:
+            if mode is SearchMode.SEMANTIC:
                 raise
             log.warning("hybrid search fell back to keyword: %s", exc)
             return None, exc.code
 
-    def _keyword_page(
-        self, query: MemoryQuery, text: str, strict: bool, after: RecallPosition | None, limit: int
-    ) -> tuple[list[Ranked], bool]:
-        """Full-text relevance, continued in the store's own `(score, id)` order."""
+    def _by_words(self, query: MemoryQuery, text: str, strict: bool, depth: int) -> list[Ranked]:
+        """The best `depth` by full-text relevance, in the store's order; each scored by its
+        rank alone, `1 / (RRF_K + rank)` (the store's own score is not shown: SQLite's bm25
+        counts every organization's memories)."""
         search = query.search
         if search is None:
             try:
@@ -162,52 +214,15 @@ class Recall:
             except MnemosError:
                 if strict:
                     raise
-                return [], False  # nothing full text can look for (too many words, no letters)
+                return []  # nothing full text can look for (too many words, no letters)
         ranked = replace(query, search=search, order=Order.RELEVANCE)
-        start = RankPosition(after.score, after.id) if after else None
-        rows = list(self.store.rank_memories(ranked, limit=limit + 1, after=start))
-        return rows[:limit], len(rows) > limit
-
-    def _meaning_page(
-        self,
-        query: MemoryQuery,
-        text: str,
-        probe: NDArray[np.float32],
-        mode: SearchMode,
-        after: RecallPosition | None,
-        limit: int,
-    ) -> tuple[list[Ranked], bool]:
-        """Semantic or hybrid: the answer is a fixed order (below), cut after `after`.
-
-        Semantic: every memory by `(similarity, id)`, read `served + limit + 1` deep (deeper
-        while the bound hides what was read), at most `MAX_DEPTH`. Hybrid: the fusion of the
-        best `HYBRID_DEPTH` of each leg, the same list for every page of the search."""
-        served = after.served if after else 0
-        depth = HYBRID_DEPTH if mode is SearchMode.HYBRID else min(MAX_DEPTH, served + limit + 1)
-        while True:
-            by_meaning = self._nearest(query, probe, depth)
-            if mode is SearchMode.HYBRID:
-                by_words, _ = self._keyword_page(query, text, False, None, depth)
-                ordered = fuse([by_words, by_meaning], 2 * depth)
-            else:
-                ordered = sorted(by_meaning, key=_order, reverse=True)
-            rest = [r for r in ordered if after is None or _order(r) < (after.score, after.id)]
-            complete = mode is SearchMode.HYBRID or len(by_meaning) < depth or depth >= MAX_DEPTH
-            if len(rest) > limit or complete:
-                return rest[:limit], len(rest) > limit
-            depth = min(MAX_DEPTH, 2 * depth)
+        rows = self.store.rank_memories(ranked, limit=depth)
+        return [Ranked(row.memory, 1.0 / (RRF_K + rank)) for rank, row in enumerate(rows, 1)]
 
     def _nearest(self, query: MemoryQuery, probe: NDArray[np.float32], limit: int) -> list[Ranked]:
         assert self.embedder is not None
         plain = replace(query, search=None, order=Order.NEWEST)
         return list(self.store.nearest_memories(plain, probe, self.embedder.model, limit))
-
-
-Fetch = Callable[[int], tuple[list[Ranked], bool]]
-
-
-def _order(ranked: Ranked) -> tuple[float, uuid.UUID]:
-    return ranked.score, ranked.memory.id
 
 
 def search_key(query: MemoryQuery, text: str, mode: SearchMode) -> str:

@@ -33,9 +33,9 @@ from mnemos.domain.models import (
     System,
     UserContext,
 )
-from mnemos.domain.pagination import CursorPage
+from mnemos.domain.pagination import DEFAULT_LIMIT
 from mnemos.domain.queries import Filters
-from mnemos.domain.recall import SearchMode
+from mnemos.domain.recall import MAX_LIMIT, SearchMode
 from mnemos.errors import NotFound, Unauthorized
 
 Caller = AgentContext | UserContext
@@ -140,6 +140,9 @@ class AgentListArguments(_AgentReach):
 
 class SearchArguments(_AgentReach):
     query: str
+    limit: int | None = Field(
+        default=None, description=f"How many memories to return, 1-{MAX_LIMIT} (default 20)."
+    )
 
 
 class PersonListArguments(_Filters):
@@ -306,10 +309,9 @@ def _store(svc: Services, ctx: AgentContext, draft: MemoryDraft) -> Answer:
 
 
 def _search(svc: Services, ctx: AgentContext, args: SearchArguments) -> Answer:
-    limit = page_request(svc, None, args.limit, None, None)
-    assert isinstance(limit, CursorPage)  # no offset arguments: always the cursor family
+    limit = DEFAULT_LIMIT if args.limit is None else args.limit  # `Recall.search` checks it
     found, next_cursor = best_search(
-        svc, ctx, args.params(), args.parsed(svc), args.query, limit.limit, args.cursor
+        svc, ctx, args.params(), args.parsed(svc), args.query, limit, args.cursor
     )
     return many([memory_json(memory) for memory in found], next_cursor)
 

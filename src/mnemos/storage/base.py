@@ -16,6 +16,7 @@ from mnemos.domain.ports import (
     MemoryStore,
     RightsStore,
     RoomStore,
+    SearchPages,
     Secrets,
     TuyaStore,
     VectorStore,
@@ -29,6 +30,7 @@ __all__ = [
     "MemoryStore",
     "RightsStore",
     "RoomStore",
+    "SearchPages",
     "Secrets",
     "Store",
     "TuyaStore",
@@ -39,6 +41,7 @@ __all__ = [
 class Store(
     Secrets,
     EndedSessions,
+    SearchPages,
     MemoryStore,
     AccountStore,
     RoomStore,

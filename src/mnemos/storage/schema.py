@@ -243,6 +243,17 @@ ended_sessions = sa.Table(
     sa.Column("expires_at", UTCDateTime(), nullable=False, index=True),
 )
 
+# The ordered answer of a search with more than one page (`domain/recall.py`): its later pages
+# read the next ids from here, so they neither repeat nor skip. `ranked` is 24 bytes per memory
+# (16 of id, 8 of score, little-endian double). Kept until `expires_at`.
+search_pages = sa.Table(
+    "search_pages",
+    metadata,
+    sa.Column("search_id", sa.String(64), primary_key=True),
+    sa.Column("expires_at", UTCDateTime(), nullable=False, index=True),
+    sa.Column("ranked", sa.LargeBinary(), nullable=False),
+)
+
 tuya_devices = sa.Table(
     "tuya_devices",
     metadata,

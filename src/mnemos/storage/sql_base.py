@@ -5,8 +5,10 @@ from __future__ import annotations
 import abc
 import functools
 import os
+import struct
 import threading
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +31,7 @@ from mnemos.storage.schema import (
     ended_sessions,
     memories,
     memory_vectors,
+    search_pages,
     server_secrets,
     vector_queue,
 )
@@ -36,6 +39,8 @@ from mnemos.storage.search_plan import TermStats
 
 M = memories.c
 DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
+_SCORE = struct.Struct("<d")
+_RANKED_ROW = 16 + _SCORE.size
 EXPIRED_CLEANED = 100  # more than one request's worth: `_remember_until`'s tables shrink
 
 R = TypeVar("R")
@@ -339,11 +344,14 @@ class SqlBase(abc.ABC):
             ).scalar_one()
         return bytes(value)
 
-    def _remember_until(self, table: sa.Table, key: str, expires_at: datetime) -> bool:
-        """Keep `key` (the primary key of `table`, which has an `expires_at`) until `expires_at`;
-        False if it is already kept. A few expired rows go first, skipping those another writer
-        is deleting (PostgreSQL): concurrent callers neither wait for nor deadlock on each
-        other, and the table shrinks under any load. Only the primary reads these tables."""
+    def _remember_until(
+        self, table: sa.Table, key: str, expires_at: datetime, **values: Any
+    ) -> bool:
+        """Keep `key` (the primary key of `table`, which has an `expires_at`; `values` fill its
+        other columns) until `expires_at`; False if it is already kept. A few expired rows go
+        first, skipping those another writer is deleting (PostgreSQL): concurrent callers
+        neither wait for nor deadlock on each other, and the table shrinks under any load. Only
+        the primary reads these tables."""
         (column,) = table.primary_key.columns
         expired = (
             sa.select(column)
@@ -353,9 +361,9 @@ class SqlBase(abc.ABC):
         )
         with self._write(mark=False) as conn:
             conn.execute(table.delete().where(column.in_(expired)))
-            values = {column.name: key, "expires_at": expires_at}
+            row = {column.name: key, "expires_at": expires_at, **values}
             inserted = conn.execute(
-                self._insert_ignore(table).values(values).returning(column)
+                self._insert_ignore(table).values(row).returning(column)
             ).first()
         return inserted is not None
 
@@ -369,6 +377,27 @@ class SqlBase(abc.ABC):
         )
         with self._guard(), self._open_read() as conn:
             return conn.execute(query).first() is not None
+
+    def keep_search(
+        self, search_id: str, ranked: Sequence[tuple[uuid.UUID, float]], expires_at: datetime
+    ) -> None:
+        packed = b"".join(memory_id.bytes + _SCORE.pack(score) for memory_id, score in ranked)
+        self._remember_until(search_pages, search_id, expires_at, ranked=packed)
+
+    def kept_search(self, search_id: str) -> list[tuple[uuid.UUID, float]] | None:
+        # On the primary, never a replica: the first page wrote it a moment ago.
+        query = sa.select(search_pages.c.ranked).where(
+            search_pages.c.search_id == search_id, search_pages.c.expires_at >= utcnow()
+        )
+        with self._guard(), self._open_read() as conn:
+            packed = conn.execute(query).scalar()
+        if packed is None:
+            return None
+        data = bytes(packed)
+        return [
+            (uuid.UUID(bytes=data[at : at + 16]), _SCORE.unpack_from(data, at + 16)[0])
+            for at in range(0, len(data), _RANKED_ROW)
+        ]
 
     # --- accounts --------------------------------------------------------------------------
 

@@ -89,6 +89,7 @@ FILTER_SQL: dict[str, FieldSql | None] = {
     "source_agent_id": FieldSql(lambda p: M.source_agent_id == p),
     "chat_room_id": FieldSql(lambda p: M.chat_room_id == p),
     "memory_id": FieldSql(lambda p: M.id == p),
+    "memory_ids": FieldSql(M.id.in_, list, expanding=True),
     "search": None,
 }
 
