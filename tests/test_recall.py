@@ -18,7 +18,7 @@ from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain import recall
 from mnemos.domain.ids import utcnow, uuid7
-from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.models import Memory, Scope
 from mnemos.domain.ports import Embedder
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.recall import SearchMode
@@ -26,7 +26,7 @@ from mnemos.embedding import load_embedder
 from mnemos.errors import InvalidPagination
 from mnemos.indexer import drain
 from mnemos.storage.base import Store
-from tests.world import Actor, World, memory_body
+from tests.world import Actor, World, agent_memory, memory_body
 
 AISLE = "The customer prefers aisle seats on long flights."
 OTHERS = [
@@ -98,26 +98,7 @@ def stored_directly(contents: list[str], agent: str, **owners: Any) -> list[Memo
     """Memories of `agent` with these contents, as `Store.replace_memories` takes them (agent
     scope unless `owners` says otherwise: scope, subject_id, organization_id)."""
     now = utcnow()
-    fields: dict[str, Any] = {"scope": Scope.AGENT, "subject_id": None, "organization_id": None}
-    fields.update(owners)
-    return [
-        Memory(
-            id=uuid7(),
-            content=content,
-            thought="t",
-            system=System.LONG_TERM,
-            type=MemoryType.SEMANTIC,
-            segment=Segment.USER,
-            source_agent_id=uuid.UUID(agent),
-            chat_room_id=None,
-            metadata={},
-            status=Status.ACTIVE,
-            inserted_at=now,
-            updated_at=now,
-            **fields,
-        )
-        for content in contents
-    ]
+    return [agent_memory(agent, content, now, thought="t", **owners) for content in contents]
 
 
 @pytest.fixture
@@ -502,10 +483,9 @@ def test_erasure_leaves_no_vector_behind(
     import sqlalchemy as sa
 
     from mnemos.domain.history import by_operator
-    from mnemos.domain.ids import utcnow, uuid7
+    from mnemos.domain.ids import utcnow
     from mnemos.domain.models import (
         Erasure,
-        Scope,
     )
     from mnemos.storage.schema import memories, memory_vectors, vector_chunks
     from mnemos.storage.sql_vectors import CHUNK_ROWS

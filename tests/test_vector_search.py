@@ -15,9 +15,9 @@ from numpy.typing import NDArray
 
 from mnemos.config import Settings
 from mnemos.domain.accounts import hash_key
-from mnemos.domain.ids import utcnow, uuid7
+from mnemos.domain.ids import utcnow
 from mnemos.domain.memories import AgentListParams, MemoryService
-from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.models import Memory
 from mnemos.domain.queries import Filters
 from mnemos.storage import migrate
 from mnemos.storage.base import Store
@@ -27,7 +27,7 @@ from mnemos.storage.sql_vectors import CHUNK_ROWS, RESCORE
 from mnemos.storage.vector_codes import hamming, quantize, sign_bits
 from tests.conftest import BACKENDS
 from tests.test_migration_tuya import fresh_database
-from tests.world import Actor, World
+from tests.world import Actor, World, agent_memory
 
 MODEL = "constructed"
 DIMS = 384
@@ -40,26 +40,7 @@ def unit(vectors: NDArray[np.float32]) -> NDArray[np.float32]:
 
 def agent_memories(agent: Actor, count: int) -> list[Memory]:
     now = utcnow()
-    return [
-        Memory(
-            id=uuid7(),
-            content=f"constructed {i}",
-            thought=None,
-            system=System.LONG_TERM,
-            type=MemoryType.SEMANTIC,
-            segment=Segment.USER,
-            scope=Scope.AGENT,
-            subject_id=None,
-            organization_id=None,
-            source_agent_id=uuid.UUID(agent.id),
-            chat_room_id=None,
-            metadata={},
-            status=Status.ACTIVE,
-            inserted_at=now,
-            updated_at=now,
-        )
-        for i in range(count)
-    ]
+    return [agent_memory(agent.id, f"constructed {i}", now) for i in range(count)]
 
 
 def saved(store: Store, agent: Actor, vectors: NDArray[np.float32]) -> list[uuid.UUID]:

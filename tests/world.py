@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from mnemos.domain import accounts
+from mnemos.domain.ids import utcnow, uuid7
+from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
 from mnemos.storage.base import Store
 
 
@@ -60,3 +63,26 @@ def memory_body(content: str = "likes green tea", **fields: Any) -> dict[str, An
     }
     memory.update(fields)
     return {"memory": memory}
+
+
+def agent_memory(agent_id: str, content: str, at: datetime | None = None, **fields: Any) -> Memory:
+    """A memory of agent `agent_id` as the store takes it directly (`Store.replace_memories`):
+    agent scope, long-term semantic, active, unless `fields` says otherwise."""
+    at = at or utcnow()
+    values: dict[str, Any] = {
+        "id": uuid7(),
+        "thought": None,
+        "system": System.LONG_TERM,
+        "type": MemoryType.SEMANTIC,
+        "segment": Segment.USER,
+        "scope": Scope.AGENT,
+        "subject_id": None,
+        "organization_id": None,
+        "chat_room_id": None,
+        "metadata": {},
+        "status": Status.ACTIVE,
+        "inserted_at": at,
+        "updated_at": at,
+    }
+    values.update(fields)
+    return Memory(content=content, source_agent_id=uuid.UUID(agent_id), **values)

@@ -17,13 +17,13 @@ from fastapi.testclient import TestClient
 
 from mnemos.api.app import create_app
 from mnemos.config import Settings
-from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.models import Memory
 from mnemos.domain.search import MAX_TERMS
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
 from mnemos.storage.sql import SqlStore
 from tests.api.test_band_agent import BASE, error, listed, store
-from tests.world import Actor, World
+from tests.world import Actor, World, agent_memory
 
 ROWS = 20_000
 # Every row has every word: each of these 5+ letter prefixes merges 20,000 index entries.
@@ -59,22 +59,11 @@ def test_more_distinct_terms_than_the_cap_is_422(client: TestClient, world: Worl
 def _memories(agent: Actor, count: int) -> list[Memory]:
     start = datetime.now(UTC) - timedelta(days=1)
     return [
-        Memory(
+        agent_memory(
+            agent.id,
+            f"{HEAVY} number{i % 97} filler{i % 13}",
+            start + timedelta(milliseconds=i),
             id=uuid.uuid4(),
-            content=f"{HEAVY} number{i % 97} filler{i % 13}",
-            thought=None,
-            system=System.LONG_TERM,
-            type=MemoryType.SEMANTIC,
-            segment=Segment.USER,
-            scope=Scope.AGENT,
-            subject_id=None,
-            organization_id=None,
-            source_agent_id=uuid.UUID(agent.id),
-            chat_room_id=None,
-            metadata={},
-            status=Status.ACTIVE,
-            inserted_at=start + timedelta(milliseconds=i),
-            updated_at=start + timedelta(milliseconds=i),
         )
         for i in range(count)
     ]

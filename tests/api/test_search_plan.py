@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.models import Scope, Status
 from mnemos.domain.pagination import Position
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.search import SearchQuery, parse_search
@@ -20,7 +20,7 @@ from mnemos.storage.base import Store
 from mnemos.storage.search_plan import SearchPlan, TermStats, plan_search
 from mnemos.storage.sql import SqlStore
 from tests.api.test_band_agent import BASE, error
-from tests.world import World
+from tests.world import World, agent_memory
 
 ROWS = 3_000
 
@@ -41,22 +41,12 @@ def _content(i: int) -> str:
 def _fill(store: Store, agent_id: str) -> None:
     start = datetime.now(UTC) - timedelta(days=1)
     rows = [
-        Memory(
+        agent_memory(
+            agent_id,
+            _content(i),
+            start + timedelta(seconds=i),
             id=uuid.uuid4(),
-            content=_content(i),
-            thought=None,
-            system=System.LONG_TERM,
-            type=MemoryType.SEMANTIC,
-            segment=Segment.USER,
-            scope=Scope.AGENT,
-            subject_id=None,
-            organization_id=None,
-            source_agent_id=uuid.UUID(agent_id),
-            chat_room_id=None,
-            metadata={},
             status=Status.ARCHIVED if i % 11 == 0 else Status.ACTIVE,
-            inserted_at=start + timedelta(seconds=i),
-            updated_at=start + timedelta(seconds=i),
         )
         for i in range(ROWS)
     ]

@@ -102,7 +102,9 @@ def agent_in(world: World, org: str) -> Actor:
 
 
 def test_lists_and_gets_run_on_the_replica_and_writes_on_the_primary(pair: Replicated) -> None:
-    settings = settings_for(pair)
+    # No embedding worker: it is a writer, and reads the memories it embeds on the primary (one
+    # process's worker now starts with the app and shares its embedder).
+    settings = settings_for(pair, embedder="none")
     store = open_store(settings)
     agent = agent_in(World(store), "Reads")
     with TestClient(create_app(settings, store)) as client:
