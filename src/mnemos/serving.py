@@ -98,8 +98,9 @@ def _listener(host: str, port: int) -> socket.socket:
 
 
 def _worker(host: str, port: int, log_level: str) -> None:
+    # Bound, not listening: uvicorn's server calls listen() once the app has started, so the
+    # kernel hands a new or restarted worker no connection before it can answer one.
     sock = _listener(host, port)
-    sock.listen(2048)
     # Settings come from the environment the parent was given (and the database URL it set).
     uvicorn.Server(server_config(load_settings(), log_level)).run(sockets=[sock])
 

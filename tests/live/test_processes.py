@@ -84,10 +84,17 @@ def test_workers_flag_runs_several_processes(database: str, tmp_path: Path) -> N
         assert _listening_sockets(server.base_url) == 2
         # A worker that dies is replaced; the others serve meanwhile.
         os.kill(workers[0], signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while _listening_sockets(server.base_url) < 2 or workers[0] in _workers(server.process.pid):
+        # The dead worker is gone once the parent has reaped it (a dying process's cmdline is
+        # already empty, and its socket may still listen for a moment), and its replacement
+        # listens only once its app has started.
+        deadline = time.monotonic() + 60
+        while workers[0] in _children(server.process.pid) or (
+            _listening_sockets(server.base_url) < 2
+        ):
             assert time.monotonic() < deadline, "the dead worker was not replaced"
             time.sleep(0.2)
+        replacement = set(_workers(server.process.pid)) - set(workers)
+        assert len(replacement) == 1 and len(_workers(server.process.pid)) == 2
         with httpx.Client(base_url=server.base_url, headers={"X-API-Key": agent["api_key"]}) as h:
             for _ in range(10):
                 assert h.get(BASE).status_code == 200

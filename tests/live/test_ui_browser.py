@@ -28,6 +28,7 @@ from playwright.sync_api import (
     Locator,
     Page,
     Playwright,
+    expect,
     sync_playwright,
 )
 
@@ -436,7 +437,8 @@ def test_my_agents(context: BrowserContext, page: Page, site: Site, tmp_path: Pa
     key = page.locator("#new-key").inner_text()
     assert re.fullmatch(r"mn_agent_[A-Za-z0-9_-]+", key)
     page.get_by_role("button", name="Copy").click()
-    assert page.locator("#copy-status").inner_text() == "Copied to the clipboard."
+    # The clipboard answers asynchronously: wait for the status line to say it is done.
+    expect(page.locator("#copy-status")).to_have_text("Copied to the clipboard.")
     assert page.evaluate("navigator.clipboard.readText()") == key
     shot(site, page, "agents", tmp_path)
     assert fits_the_phone(page)
