@@ -25,6 +25,12 @@ from tests.conftest import BACKENDS
 from tests.live.conftest import _database_for
 
 
+def _without_tenant(table: sa.Table) -> sa.Table:
+    """`table` as it was before migration 0016 (no `tenant_id`), to write rows before it."""
+    columns = [sa.Column(c.name, c.type) for c in table.c if c.name != "tenant_id"]
+    return sa.Table(table.name, sa.MetaData(), *columns)
+
+
 @contextmanager
 def fresh_database(backend: str, tmp: Path) -> Iterator[str]:
     urls = _database_for(backend, tmp)
@@ -52,6 +58,7 @@ def tuya_memory(subject: uuid.UUID, key: str, scope: int, age: int, agent: Any =
         status=Status.ACTIVE,
         inserted_at=at,
         updated_at=at,
+        tenant_id=uuid.uuid4(),
     )
 
 
@@ -70,7 +77,11 @@ def test_0006_backfills_slots_and_keeps_the_newest_active_value(
         ]
         engine = sa.create_engine(driver_url(url))
         with engine.begin() as conn:
-            conn.execute(memories.insert(), [memory_values(m) for m in rows])
+            before_tenants = [
+                {name: value for name, value in memory_values(m).items() if name != "tenant_id"}
+                for m in rows
+            ]
+            conn.execute(_without_tenant(memories).insert(), before_tenants)
         migrate(Settings(database_url=url))
         with engine.connect() as conn:
             got = {

@@ -144,11 +144,24 @@ chat_participants = sa.Table(
 TUYA_SLOT_LENGTH = 160
 ACTIVE_TUYA_SLOT = sa.text("status = 'active' AND tuya_slot IS NOT NULL")
 
+# --- memory-side tables -----------------------------------------------------------------------
+# Each row carries its tenant (`tenant_id`: the organization, or the person without one;
+# `domain/tenants.py`), which leads every primary key and unique constraint, so that Citus can
+# distribute these tables by it (docs/deploying.md, "Sharding by tenant"). The tables above are
+# accounts: small, reference tables there. SQLite keeps `pk` as its rowid (FTS5 and vectors key
+# on it): there, the composite keys are unique indexes (migration 0016).
+MEMORY_SIDE = (
+    "memories",
+    "memory_history",
+    "idempotency_keys",
+    "erasures",
+)
+
 memories = sa.Table(
     "memories",
     metadata,
-    sa.Column("pk", PK, primary_key=True, autoincrement=True),
-    sa.Column("id", sa.Uuid(), nullable=False, unique=True),
+    sa.Column("pk", PK, autoincrement=True, nullable=False),
+    sa.Column("id", sa.Uuid(), nullable=False),
     sa.Column("content", sa.Text(), nullable=False),
     sa.Column("search_text", sa.Text(), nullable=False),
     sa.Column("thought", sa.Text(), nullable=True),
@@ -167,6 +180,9 @@ memories = sa.Table(
     # A Tuya memory's key with its scope's owner ("1:<key>", "3:<agent id>:<key>"), set only by
     # the Tuya API; null for every other memory.
     sa.Column("tuya_slot", sa.String(TUYA_SLOT_LENGTH), nullable=True),
+    sa.Column("tenant_id", sa.Uuid(), nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "pk"),
+    sa.UniqueConstraint("tenant_id", "id"),
     sa.Index("ix_memories_agent_order", "source_agent_id", "inserted_at", "id"),
     sa.Index("ix_memories_org_order", "organization_id", "scope", "inserted_at", "id"),
     sa.Index("ix_memories_subject_scope_order", "subject_id", "scope", "inserted_at", "id"),
@@ -174,6 +190,7 @@ memories = sa.Table(
     # One active value per Tuya key and scope of a device, whoever writes and however.
     sa.Index(
         "uq_memories_tuya_slot_active",
+        "tenant_id",
         "subject_id",
         "tuya_slot",
         unique=True,
@@ -276,6 +293,7 @@ tuya_roles = sa.Table(
 idempotency_keys = sa.Table(
     "idempotency_keys",
     metadata,
+    sa.Column("tenant_id", sa.Uuid(), primary_key=True),
     sa.Column("principal_id", sa.Uuid(), primary_key=True),
     sa.Column("key", sa.String(255), primary_key=True),
     sa.Column("fingerprint", sa.String(64), nullable=False),
@@ -346,6 +364,7 @@ vector_chunks = sa.Table(
 memory_history = sa.Table(
     "memory_history",
     metadata,
+    sa.Column("tenant_id", sa.Uuid(), primary_key=True),
     sa.Column("pk", PK, primary_key=True, autoincrement=True),
     sa.Column("memory_id", sa.Uuid(), nullable=False),
     sa.Column("subject_id", sa.Uuid(), nullable=True, index=True),
@@ -362,6 +381,7 @@ memory_history = sa.Table(
 erasures = sa.Table(
     "erasures",
     metadata,
+    sa.Column("tenant_id", sa.Uuid(), primary_key=True),  # the person's (`domain/tenants.py`)
     sa.Column("id", sa.Uuid(), primary_key=True),
     sa.Column("subject_id", sa.Uuid(), nullable=False, index=True),
     sa.Column("actor_type", sa.String(16), nullable=False),
@@ -369,6 +389,17 @@ erasures = sa.Table(
     sa.Column("request_id", sa.String(64), nullable=True),
     sa.Column("erased", sa.Integer(), nullable=False),
     sa.Column("at", UTCDateTime(), nullable=False),
+)
+
+# Which tenants hold memories (or their history) about a subject: a person's "about me" view
+# and their rights (export, erasure) read those tenants only. Written with the memory (an
+# insert that ignores a known pair); kept after the memories go (it holds no content). In
+# Citus, distributed by `subject_id` (not co-located: read first, as a subquery).
+subject_tenants = sa.Table(
+    "subject_tenants",
+    metadata,
+    sa.Column("subject_id", sa.Uuid(), primary_key=True),
+    sa.Column("tenant_id", sa.Uuid(), primary_key=True),
 )
 
 # How long an organization keeps its `working` and `sensory` memories (`mnemos admin
