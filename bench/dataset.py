@@ -115,10 +115,11 @@ def load(store: Store, count: int, seed: int = 1) -> Dataset:
                 status=Status.ACTIVE,
                 inserted_at=at,
                 updated_at=at,
+                tenant_id=org,  # the agent's owner's organization
             )
         )
         if len(batch) == BATCH or i == count - 1:
-            store.replace_memories(batch, [], now)
+            store.replace_memories(org, batch, [], now)
             batch = []
             done = i + 1
             rate = done / max(time.monotonic() - began, 1e-6)

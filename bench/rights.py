@@ -113,18 +113,23 @@ def bulk_load(store: SqlStore, count: int, about: int, seed: int = 1) -> Loaded:
             MemoryType.SEMANTIC, Segment.USER, scope, subject,
             None if scope is Scope.AGENT else orgs[(index % 40) % 10].id,
             agents[index].agent.id, None, {"n": i}, statuses[i % 5] if mine else Status.ACTIVE,
-            at, at,
+            at, at, orgs[(index % 40) % 10].id,
         )  # fmt: skip
 
     began = time.monotonic()
     with store._write() as conn, indexes_aside(conn, ["memories", "memory_history"]):
         for at in range(0, count, BATCH):
             batch = [memory(i) for i in range(at, min(count, at + BATCH))]
-            conn.execute(memories.insert(), [memory_values(m) for m in batch])
+            rows = [memory_values(m) for m in batch]
+            conn.execute(memories.insert(), rows)
+            store._note_subjects(conn, rows)
             created = HistoryEvent.CREATED
             conn.execute(
                 memory_history.insert(),
-                [history_row(m.id, m.subject_id, created, SERVER, m.inserted_at) for m in batch],
+                [
+                    history_row(m.tenant_id, m.id, m.subject_id, created, SERVER, m.inserted_at)
+                    for m in batch
+                ],
             )
             done = at + len(batch)
             rate = done / max(time.monotonic() - began, 1e-6)

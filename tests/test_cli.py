@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from mnemos.config import Settings
 from mnemos.domain.accounts import hash_key, issue_token, own_token_claims
+from mnemos.domain.tenants import Tenants
 from mnemos.domain.tokens import TokenVerifier
 from mnemos.errors import Unauthorized
 from mnemos.storage import open_store
@@ -116,13 +117,16 @@ def admin_ok(database_url: str, *args: str, env: dict[str, str] | None = None) -
 def test_rotate_keys(database_url: str, store: Store, world: World, client: TestClient) -> None:
     ann = world.user("Ann", "acme")
     bot = world.agent(ann)
-    memory = store.get_memory(uuid.UUID(store_memory(client, bot, "survives rotation")["id"]))
+    reach = Tenants((bot.tenant,))
+    memory = store.get_memory(
+        uuid.UUID(store_memory(client, bot, "survives rotation")["id"]), reach
+    )
     agent_key = admin_ok(database_url, "rotate-key", "--agent", bot.id)
     assert list(agent_key) == ["api_key"] and agent_key["api_key"].startswith("mn_agent_")
     assert store.agent_by_key(hash_key(bot.api_key)) is None
     ctx = store.agent_by_key(hash_key(agent_key["api_key"]))
     assert ctx is not None and str(ctx.agent.id) == bot.id
-    assert store.get_memory(memory.id) == memory
+    assert store.get_memory(memory.id, reach) == memory
     user_key = admin_ok(database_url, "rotate-key", "--user", ann.id)
     assert list(user_key) == ["api_key"] and user_key["api_key"].startswith("mn_user_")
     assert store.user_by_key(hash_key(ann.api_key)) is None

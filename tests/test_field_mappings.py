@@ -19,6 +19,7 @@ from mnemos.api.schemas import MemoryOut, StoreMemoryRequest, memory_json
 from mnemos.domain.ids import iso, utcnow, uuid7
 from mnemos.domain.memories import MemoryDraft
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.tenants import Tenants
 from mnemos.storage.base import Store
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values
 from mnemos.storage.schema import memories
@@ -29,8 +30,10 @@ STORAGE_ONLY_COLUMNS = {
     "search_text": "the content folded for search (`domain/search.index_text`)",
     "tuya_slot": "a Tuya memory's key and scope owner, for one active value per key",
 }
-# Fields of `Memory` that are not in its public JSON (`MemoryOut`): none today.
-NOT_PUBLIC: dict[str, str] = {}
+# Fields of `Memory` that are not in its public JSON (`MemoryOut`).
+NOT_PUBLIC: dict[str, str] = {
+    "tenant_id": "the shard key (`domain/tenants.py`): the organization or person it is kept for"
+}
 # Fields of `Memory` that the server decides, so a store request does not send them.
 SERVER_SET = {
     "id": "a new UUIDv7",
@@ -39,6 +42,7 @@ SERVER_SET = {
     "status": "every new memory is active",
     "inserted_at": "the time of the store",
     "updated_at": "the time of the store, then of each change",
+    "tenant_id": "the storing agent's tenant (`domain/tenants.py`)",
 }
 
 MEMORY_FIELDS = [field.name for field in dataclasses.fields(Memory)]
@@ -79,6 +83,7 @@ def _distinct_memory() -> Memory:
         status=Status.ARCHIVED,
         inserted_at=now,
         updated_at=now,
+        tenant_id=uuid.uuid4(),
     )
 
 
@@ -102,7 +107,8 @@ def test_the_json_of_a_memory_has_every_response_field_in_order() -> None:
 def test_a_memory_reads_back_field_for_field(store: Store) -> None:
     memory = _distinct_memory()
     store.insert_memory(memory)
-    assert store.get_memory(memory.id) == memory
+    assert store.get_memory(memory.id, Tenants((memory.tenant_id,))) == memory
+    assert store.get_memory(memory.id, Tenants((uuid.uuid4(),))) is None  # another tenant's
 
 
 def test_the_wire_form_of_a_memory() -> None:

@@ -108,7 +108,7 @@ def test_cursor_kinds_do_not_mix() -> None:
 
 
 def test_orders_and_stores_refuse_each_other(store: Store) -> None:
-    audience = (Audience(organization_id=uuid.UUID(int=3)),)
+    audience = (Audience(organization_id=uuid.UUID(int=3), tenant_id=uuid.UUID(int=3)),)
     with pytest.raises(ValueError):
         MemoryQuery(audiences=audience, order=Order.RELEVANCE)
     ranked = filters("tea").within(audience, Order.RELEVANCE)

@@ -94,7 +94,7 @@ def listed(client: TestClient, actor: Actor, *, human: bool = False, **params: A
     return {row["id"] for row in response.json()["data"]}
 
 
-def stored_directly(contents: list[str], agent: str, **owners: Any) -> list[Memory]:
+def stored_directly(contents: list[str], agent: Actor, **owners: Any) -> list[Memory]:
     """Memories of `agent` with these contents, as `Store.replace_memories` takes them (agent
     scope unless `owners` says otherwise: scope, subject_id, organization_id)."""
     now = utcnow()
@@ -416,12 +416,12 @@ def test_the_sweep_drops_deleted_vectors_from_sealed_chunks(
     from mnemos.storage.sql_vectors import CHUNK_ROWS
 
     contents = [f"note {i} about seats" for i in range(CHUNK_ROWS + 10)]
-    made = stored_directly(contents, acme["writer"].id)
+    made = stored_directly(contents, acme["writer"])
     now = made[0].inserted_at
-    store.replace_memories(made, [], now)
+    store.replace_memories(made[0].tenant_id, made, [], now)
     drain(store, embedder)
     gone = [m.id for m in made[:5]]
-    store.delete_memories(gone)
+    store.delete_memories(made[0].tenant_id, gone)
     position = store.compact_vectors(None, 1)
     while position is not None:
         position = store.compact_vectors(position, 1)
@@ -498,11 +498,11 @@ def test_erasure_leaves_no_vector_behind(
     def about(person: uuid_module.UUID, count: int) -> list[Memory]:
         contents = [f"note {i} on where {person.hex[:6]} likes to sit" for i in range(count)]
         return stored_directly(
-            contents, writer.id, scope=Scope.SUBJECT, subject_id=person, organization_id=org
+            contents, writer, scope=Scope.SUBJECT, subject_id=person, organization_id=org
         )
 
     erased, kept = about(ann, CHUNK_ROWS + 3), about(bob, 40)
-    store.replace_memories([*erased[:100], *kept, *erased[100:]], [], now)
+    store.replace_memories(org, [*erased[:100], *kept, *erased[100:]], [], now)
     drain(store, embedder)
     with store._read() as conn:  # type: ignore[attr-defined]
         pk_of = dict(conn.execute(sa.select(memories.c.id, memories.c.pk)).all())
@@ -667,9 +667,9 @@ def test_semantic_pages_serve_equal_scores_once(
     """Memories whose ids sort unlike their rows (several writer processes: uuid7s made in one
     order, inserted in another) and whose scores tie are each served once."""
     writer = acme["writer"]
-    same = stored_directly(["The same note about kayaks."] * 30, writer.id)
+    same = stored_directly(["The same note about kayaks."] * 30, writer)
     for memory in reversed(same):  # rows inserted newest id first
-        store.replace_memories([memory], [], utcnow())
+        store.replace_memories(memory.tenant_id, [memory], [], utcnow())
     drain(store, embedder)
     pages = every_page(app_client, writer, "kayaks", human=False, mode="semantic", limit=7)
     served = [memory_id for page in pages for memory_id in page]
@@ -723,7 +723,9 @@ def test_a_search_page_holds_at_most_max_limit(
     app_client: TestClient, acme: dict[str, Actor]
 ) -> None:
     recaller = app_client.app.state.services.memories.recall  # type: ignore[attr-defined]
-    query = MemoryQuery(audiences=(Audience(source_agent_id=uuid.UUID(acme["writer"].id)),))
+    writer = acme["writer"]
+    own = Audience(source_agent_id=uuid.UUID(writer.id), tenant_id=writer.tenant)
+    query = MemoryQuery(audiences=(own,))
     with pytest.raises(InvalidPagination):
         recaller.search(query, "tea", SearchMode.KEYWORD, recall.MAX_LIMIT + 1)
 

@@ -38,6 +38,7 @@ def owned_memory() -> Memory:
         status=Status.ACTIVE,
         inserted_at=now,
         updated_at=now,
+        tenant_id=uuid.uuid4(),
     )
 
 
@@ -74,7 +75,7 @@ def test_the_migrations_index_the_tokens_a_query_names(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         for memory in (refilled, triggered):
             for column, _prefix in SCOPE_TOKENS:
-                audience = Audience(**{column: getattr(memory, column)})
+                audience = Audience(**{column: getattr(memory, column)}, tenant_id=memory.tenant_id)
                 token = scope_token(audience)
                 assert token is not None
                 assert found_by_token(db, token) == [memory.id.hex], column
@@ -82,5 +83,8 @@ def test_the_migrations_index_the_tokens_a_query_names(tmp_path: Path) -> None:
                 f"SELECT {scope_tokens_sql('memories')} FROM memories WHERE id = ?",
                 [memory.id.hex],
             ).fetchone()
-            expected = {scope_token(Audience(**{c: getattr(memory, c)})) for c, _ in SCOPE_TOKENS}
+            expected = {
+                scope_token(Audience(**{c: getattr(memory, c)}, tenant_id=memory.tenant_id))
+                for c, _ in SCOPE_TOKENS
+            }
             assert set(tokens.split()) == expected

@@ -19,7 +19,9 @@ from tests.domain.test_rules import memory
 
 
 def org_query(org: uuid.UUID, **fields: object) -> MemoryQuery:
-    audience = Audience(organization_id=org, scopes=(Scope.ORGANIZATION, Scope.SUBJECT))
+    audience = Audience(
+        organization_id=org, scopes=(Scope.ORGANIZATION, Scope.SUBJECT), tenant_id=org
+    )
     return MemoryQuery(audiences=(audience,), **fields)  # type: ignore[arg-type]
 
 
@@ -44,7 +46,12 @@ def test_each_shape_has_its_own_statement(store: Store) -> None:
         org_query(org, system=System.LONG_TERM),
         org_query(org, statuses=tuple(Status)),
         org_query(org, search=parse_search("harbor", 500)),
-        MemoryQuery(audiences=(Audience(source_agent_id=org), Audience(organization_id=org))),
+        MemoryQuery(
+            audiences=(
+                Audience(source_agent_id=org, tenant_id=org),
+                Audience(organization_id=org, tenant_id=org),
+            )
+        ),
     ]
     statements = [store.list_statement(query, limit=21)[0] for query in shapes]
     statements.append(store.list_statement(shapes[0], limit=21, after=after)[0])

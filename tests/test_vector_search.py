@@ -40,14 +40,14 @@ def unit(vectors: NDArray[np.float32]) -> NDArray[np.float32]:
 
 def agent_memories(agent: Actor, count: int) -> list[Memory]:
     now = utcnow()
-    return [agent_memory(agent.id, f"constructed {i}", now) for i in range(count)]
+    return [agent_memory(agent, f"constructed {i}", now) for i in range(count)]
 
 
 def saved(store: Store, agent: Actor, vectors: NDArray[np.float32]) -> list[uuid.UUID]:
     """Memories of `agent` with these vectors, saved as the embedding worker saves them (a
     batch at a time: full tails are sealed into chunks); their ids, in order."""
     made = agent_memories(agent, len(vectors))
-    store.replace_memories(made, [], made[0].inserted_at)
+    store.replace_memories(agent.tenant, made, [], made[0].inserted_at)
     ids = [memory.id for memory in made]
     for start in range(0, len(ids), 100):
         store.save_vectors(MODEL, ids[start : start + 100], vectors[start : start + 100])

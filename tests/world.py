@@ -24,6 +24,11 @@ class Actor:
     def headers(self) -> dict[str, str]:
         return {"X-API-Key": self.api_key}
 
+    @property
+    def tenant(self) -> uuid.UUID:
+        """Its tenant (`domain/tenants.py`): its organization, or the person (an agent's owner)."""
+        return uuid.UUID(self.organization_id or self.owner_id or self.id)
+
 
 @dataclass
 class World:
@@ -65,9 +70,9 @@ def memory_body(content: str = "likes green tea", **fields: Any) -> dict[str, An
     return {"memory": memory}
 
 
-def agent_memory(agent_id: str, content: str, at: datetime | None = None, **fields: Any) -> Memory:
-    """A memory of agent `agent_id` as the store takes it directly (`Store.replace_memories`):
-    agent scope, long-term semantic, active, unless `fields` says otherwise."""
+def agent_memory(agent: Actor, content: str, at: datetime | None = None, **fields: Any) -> Memory:
+    """A memory of `agent` as the store takes it directly (`Store.replace_memories`): agent
+    scope, long-term semantic, active, in the agent's tenant, unless `fields` says otherwise."""
     at = at or utcnow()
     values: dict[str, Any] = {
         "id": uuid7(),
@@ -83,6 +88,7 @@ def agent_memory(agent_id: str, content: str, at: datetime | None = None, **fiel
         "status": Status.ACTIVE,
         "inserted_at": at,
         "updated_at": at,
+        "tenant_id": agent.tenant,
     }
     values.update(fields)
-    return Memory(content=content, source_agent_id=uuid.UUID(agent_id), **values)
+    return Memory(content=content, source_agent_id=uuid.UUID(agent.id), **values)

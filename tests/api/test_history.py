@@ -11,7 +11,8 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from mnemos.domain.ids import utcnow
-from mnemos.domain.models import Status
+from mnemos.domain.models import Change, Status
+from mnemos.domain.tenants import Tenants
 from mnemos.errors import Conflict
 from mnemos.storage.base import Store
 from mnemos.storage.schema import memories, memory_history
@@ -22,10 +23,22 @@ AGENT = "/api/v1/agent/memories"
 HUMAN = "/api/v1/me/memories"
 
 
+def tenant(store: Store, memory_id: uuid.UUID) -> Tenants:
+    """The tenant of a memory's history (also of one that is gone)."""
+    query = sa.select(memory_history.c.tenant_id).where(memory_history.c.memory_id == memory_id)
+    with store._read() as conn:  # type: ignore[attr-defined]
+        found = conn.execute(query.limit(1)).scalar()
+    return Tenants((found or uuid.UUID(int=0),))  # none left: no history either
+
+
+def history(store: Store, memory_id: uuid.UUID) -> list[Change]:
+    return store.history_of(tenant(store, memory_id), [memory_id])[memory_id]
+
+
 def events(store: Store, memory_id: str | uuid.UUID) -> list[tuple[str, str, str | None]]:
     """The stored history of a memory (also of one that is gone), oldest first."""
     ident = uuid.UUID(str(memory_id))
-    return [(c.event.value, c.by.type.value, c.by.id) for c in store.history_of([ident])[ident]]
+    return [(c.event.value, c.by.type.value, c.by.id) for c in history(store, ident)]
 
 
 def stored(client: TestClient, agent: Actor, **fields: Any) -> dict[str, Any]:
@@ -130,7 +143,7 @@ def test_tuya_overwrite_delete_and_clear(
     assert tuya.write("dev1", [entry("age", "31")])["success"]
     ages = _tuya_ids(store, "age")
     assert events(store, ages["30"]) == [("created", *by), ("superseded", *by)]
-    (superseded,) = [c for c in store.history_of([ages["30"]])[ages["30"]] if c.superseded_by]
+    (superseded,) = [c for c in history(store, ages["30"]) if c.superseded_by]
     assert superseded.superseded_by == ages["31"]
 
     deleted = tuya.call("DELETE", "dev1", {"bind_role_type": 2, "memory_keys": "age"})
@@ -152,11 +165,12 @@ def test_a_refused_change_leaves_no_history(
     tuya = Tuya(client, project)
     assert tuya.write("dev1", [entry("k", "old")])["success"]
     old = _tuya_ids(store, "k")["old"]
-    store.set_memory_status(old, Status.ARCHIVED, utcnow())
+    org = project["org"]
+    store.set_memory_status(org, old, Status.ARCHIVED, utcnow())
     assert tuya.write("dev1", [entry("k", "new")])["success"]
     before = events(store, old)
     with pytest.raises(Conflict):  # a second active value of the key: the change rolls back
-        store.set_memory_status(old, Status.ACTIVE, utcnow())
+        store.set_memory_status(org, old, Status.ACTIVE, utcnow())
     assert events(store, old) == before
     with store._read() as conn:  # type: ignore[attr-defined]
         restored = conn.execute(

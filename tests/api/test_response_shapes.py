@@ -44,6 +44,7 @@ AGENT = Agent(uuid.uuid4(), "Bot", None, USER.id, "ann/bot", NOW, NOW)
 MEMORY = Memory(
     uuid7(), "c", "t", System.LONG_TERM, MemoryType.SEMANTIC, Segment.USER, Scope.SUBJECT,
     USER.id, USER.organization_id, AGENT.id, uuid.uuid4(), {"k": 1}, Status.ACTIVE, NOW, NOW,
+    USER.organization_id or USER.id,
 )  # fmt: skip
 ROOM = ChatRoom(
     uuid.uuid4(), None, RoomType.GROUP, RoomStatus.ACTIVE, ParticipantType.USER, USER.id, NOW, NOW

@@ -60,7 +60,7 @@ def _memories(agent: Actor, count: int) -> list[Memory]:
     start = datetime.now(UTC) - timedelta(days=1)
     return [
         agent_memory(
-            agent.id,
+            agent,
             f"{HEAVY} number{i % 97} filler{i % 13}",
             start + timedelta(milliseconds=i),
             id=uuid.uuid4(),
@@ -83,7 +83,7 @@ def test_a_search_over_its_budget_is_422_search_too_expensive(
 ) -> None:
     client, _ = tiny_budget
     agent = world.agent(world.user("Bud", "budget"))
-    store.replace_memories(_memories(agent, ROWS), [], datetime.now(UTC))
+    store.replace_memories(agent.tenant, _memories(agent, ROWS), [], datetime.now(UTC))
     # Every row matches every word: a page is found at once on the newest rows, but the total
     # of an offset page counts every match, hundreds of milliseconds against a 1 ms budget.
     response = client.get(
@@ -104,7 +104,7 @@ def test_the_budget_is_lifted_after_the_search(
     """PostgreSQL: the search's statement_timeout does not outlive it on the pooled connection."""
     client, opened = tiny_budget
     agent = world.agent(world.user("Lift", "lift"))
-    store.replace_memories(_memories(agent, ROWS), [], datetime.now(UTC))
+    store.replace_memories(agent.tenant, _memories(agent, ROWS), [], datetime.now(UTC))
     response = client.get(
         BASE, params={"content_query": HEAVY, "page": 1, "page_size": 1}, headers=agent.headers
     )

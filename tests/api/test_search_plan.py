@@ -20,7 +20,7 @@ from mnemos.storage.base import Store
 from mnemos.storage.search_plan import SearchPlan, TermStats, plan_search
 from mnemos.storage.sql import SqlStore
 from tests.api.test_band_agent import BASE, error
-from tests.world import World, agent_memory
+from tests.world import Actor, World, agent_memory
 
 ROWS = 3_000
 
@@ -38,11 +38,11 @@ def _content(i: int) -> str:
     return " ".join(words) + ("" if i % 7 else " alpha bravo in a phrase")
 
 
-def _fill(store: Store, agent_id: str) -> None:
+def _fill(store: Store, agent: Actor) -> None:
     start = datetime.now(UTC) - timedelta(days=1)
     rows = [
         agent_memory(
-            agent_id,
+            agent,
             _content(i),
             start + timedelta(seconds=i),
             id=uuid.uuid4(),
@@ -50,7 +50,7 @@ def _fill(store: Store, agent_id: str) -> None:
         )
         for i in range(ROWS)
     ]
-    store.replace_memories(rows, [], datetime.now(UTC))
+    store.replace_memories(agent.tenant, rows, [], datetime.now(UTC))
     assert isinstance(store, SqlStore)
     with store._write() as conn:
         if conn.dialect.name == "postgresql":
@@ -97,11 +97,12 @@ def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_planned_searches_answer_what_the_index_answers(store: Store, world: World) -> None:
     assert isinstance(store, SqlStore)
     agent = world.agent(world.user("Plan", "plan"))
-    _fill(store, agent.id)
-    own = Audience(source_agent_id=uuid.UUID(agent.id))
+    _fill(store, agent)
+    mine = uuid.UUID(agent.id)
+    own = Audience(source_agent_id=mine, tenant_id=agent.tenant)
     audiences = [
         (own,),
-        (own, Audience(source_agent_id=uuid.UUID(agent.id), scopes=(Scope.AGENT,))),
+        (own, Audience(source_agent_id=mine, scopes=(Scope.AGENT,), tenant_id=agent.tenant)),
     ]
     seen = {"refused": 0, "walked": 0, "rechecked": 0}
     for text in QUERIES:
@@ -134,7 +135,7 @@ def test_common_words_rarely_together_are_refused_before_they_run(
     client: TestClient, world: World, store: Store
 ) -> None:
     agent = world.agent(world.user("Refuse", "refuse"))
-    _fill(store, agent.id)
+    _fill(store, agent)
     # Each word is in half the rows, together in one row of 300: more entries than may be
     # looked up, and no page of matches among the newest rows.
     response = client.get(BASE, params={"content_query": "golf hotel"}, headers=agent.headers)
@@ -150,7 +151,7 @@ def test_common_words_rarely_together_are_refused_before_they_run(
 def test_term_estimates_tell_common_from_rare(store: Store, world: World) -> None:
     assert isinstance(store, SqlStore)
     agent = world.agent(world.user("Stats", "stats"))
-    _fill(store, agent.id)
+    _fill(store, agent)
     search = parse_search('alpha golf echo "alpha bravo"', 500)
     with store._search_read() as conn:
         stats = store._term_stats(conn, search)

@@ -272,16 +272,19 @@ def test_restoring_an_old_value_of_a_rewritten_key_is_a_conflict(
     tuya.write(caller, "dev1", binding, tuya.parse_entries(binding, [entry("k", "old")]))
     _, subject = store.claim_tuya_device("dev1", project["org"])
     (old,) = store.list_memories(tuya_query(caller, subject), limit=10)
-    store.set_memory_status(old.id, Status.ARCHIVED, utcnow())
+    store.set_memory_status(old.tenant_id, old.id, Status.ARCHIVED, utcnow())
     tuya.write(caller, "dev1", binding, tuya.parse_entries(binding, [entry("k", "new")]))
     with pytest.raises(Conflict):
-        store.set_memory_status(old.id, Status.ACTIVE, utcnow())
+        store.set_memory_status(old.tenant_id, old.id, Status.ACTIVE, utcnow())
 
 
 def tuya_query(caller: TuyaCaller, subject: uuid.UUID) -> MemoryQuery:
     """Every version of a device's global memories."""
     audience = Audience(
-        organization_id=caller.organization_id, scopes=(Scope.SUBJECT,), subject_id=subject
+        organization_id=caller.organization_id,
+        scopes=(Scope.SUBJECT,),
+        subject_id=subject,
+        tenant_id=caller.organization_id,
     )
     return MemoryQuery(audiences=(audience,), statuses=tuple(Status))
 

@@ -32,7 +32,10 @@ def context(org: Organization | None = ORG) -> AgentContext:
     return AgentContext(agent, owner, org)
 
 
-def memory(scope: Scope, source: uuid.UUID | None, org: uuid.UUID | None) -> Memory:
+def memory(
+    scope: Scope, source: uuid.UUID | None, org: uuid.UUID | None, tenant: uuid.UUID | None = None
+) -> Memory:
+    """A memory; its tenant is `tenant`, else its organization, else `ORG` (the test agent's)."""
     return Memory(
         uuid7(),
         "x",
@@ -49,6 +52,7 @@ def memory(scope: Scope, source: uuid.UUID | None, org: uuid.UUID | None) -> Mem
         Status.ACTIVE,
         NOW,
         NOW,
+        tenant or org or ORG.id,
     )
 
 
@@ -59,16 +63,16 @@ def audiences(ctx: AgentContext, **params: object) -> tuple[Audience, ...]:
 
 def test_me_is_everything_this_agent_stored() -> None:
     ctx = context()
-    assert audiences(ctx) == (Audience(source_agent_id=ctx.agent.id),)
+    assert audiences(ctx) == (Audience(source_agent_id=ctx.agent.id, tenant_id=ORG.id),)
     assert audiences(ctx, scope="subject") == (
-        Audience(source_agent_id=ctx.agent.id, scopes=(Scope.SUBJECT,)),
+        Audience(source_agent_id=ctx.agent.id, scopes=(Scope.SUBJECT,), tenant_id=ORG.id),
     )
 
 
 def test_org_defaults_to_organization_memories_only() -> None:
     ctx = context()
     assert audiences(ctx, memory_scope="org") == (
-        Audience(organization_id=ORG.id, scopes=(Scope.ORGANIZATION,)),
+        Audience(organization_id=ORG.id, scopes=(Scope.ORGANIZATION,), tenant_id=ORG.id),
     )
 
 
@@ -77,7 +81,9 @@ def test_org_subject_needs_a_subject() -> None:
         audiences(context(), memory_scope="org", scope="subject")
     subject = uuid.uuid4()
     assert audiences(context(), memory_scope="org", scope="subject", subject_id=subject) == (
-        Audience(organization_id=ORG.id, scopes=(Scope.SUBJECT,), subject_id=subject),
+        Audience(
+            organization_id=ORG.id, scopes=(Scope.SUBJECT,), subject_id=subject, tenant_id=ORG.id
+        ),
     )
 
 
@@ -85,9 +91,11 @@ def test_org_all_is_the_union() -> None:
     ctx = context()
     subject = uuid.uuid4()
     assert audiences(ctx, memory_scope="org", scope="all", subject_id=subject) == (
-        Audience(organization_id=ORG.id, scopes=(Scope.ORGANIZATION,)),
-        Audience(source_agent_id=ctx.agent.id),
-        Audience(organization_id=ORG.id, scopes=(Scope.SUBJECT,), subject_id=subject),
+        Audience(organization_id=ORG.id, scopes=(Scope.ORGANIZATION,), tenant_id=ORG.id),
+        Audience(source_agent_id=ctx.agent.id, tenant_id=ORG.id),
+        Audience(
+            organization_id=ORG.id, scopes=(Scope.SUBJECT,), subject_id=subject, tenant_id=ORG.id
+        ),
     )
 
 
@@ -99,6 +107,21 @@ def test_org_without_organization_is_refused() -> None:
 def test_an_audience_must_pin_an_owner() -> None:
     with pytest.raises(ValueError):
         Audience(scopes=(Scope.ORGANIZATION,))
+
+
+def test_an_audience_must_pin_its_tenant_or_a_subject() -> None:
+    with pytest.raises(ValueError, match="tenant"):
+        Audience(organization_id=ORG.id, scopes=(Scope.ORGANIZATION,))
+    assert Audience(subject_id=uuid.uuid4()).tenant_id is None  # the subject's tenants
+
+
+def test_an_agent_reads_within_its_tenant_only() -> None:
+    ctx = context()
+    for audience in audiences(ctx, memory_scope="org", scope="all", subject_id=uuid.uuid4()):
+        assert audience.tenant_id == ORG.id
+    assert not MemoryService.agent_can_read(
+        ctx, memory(Scope.AGENT, ctx.agent.id, None, tenant=uuid.uuid4())
+    )
 
 
 def test_read_one_rules() -> None:

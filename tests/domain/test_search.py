@@ -71,12 +71,16 @@ def test_backend_expressions_quote_every_term() -> None:
 def test_sqlite_search_adds_the_narrowest_scope_token() -> None:
     agent, org = uuid.uuid4(), uuid.uuid4()
     query = parse_search("harbor", 500)
-    narrowest = fts5_query(query, Audience(source_agent_id=agent, organization_id=org))
+    narrowest = fts5_query(
+        query, Audience(source_agent_id=agent, organization_id=org, tenant_id=org)
+    )
     assert narrowest == f'{{search_text}} : ("harbor"*) AND {{scope}} : "zzag{agent.hex}"'
-    org_wide = fts5_query(query, Audience(organization_id=org, scopes=(Scope.ORGANIZATION,)))
+    org_wide = fts5_query(
+        query, Audience(organization_id=org, scopes=(Scope.ORGANIZATION,), tenant_id=org)
+    )
     assert org_wide.endswith(f'{{scope}} : "zzorg{org.hex}"')
     # A branch with no owner column to name (room membership) searches the words alone.
-    assert "{scope}" not in fts5_query(query, Audience(room_member_user_id=agent))
+    assert "{scope}" not in fts5_query(query, Audience(room_member_user_id=agent, tenant_id=org))
 
 
 def test_adversarial_queries_are_bounded() -> None:

@@ -56,7 +56,10 @@ def test_agent_changes_only_what_it_stored() -> None:
 
 def test_audiences_that_need_the_store_are_not_decided_in_python() -> None:
     with pytest.raises(ValueError):
-        admitted((Audience(source_agent_owner_id=uuid.uuid4()),), memory(Scope.AGENT, None, None))
+        admitted(
+            (Audience(source_agent_owner_id=uuid.uuid4(), tenant_id=ORG.id),),
+            memory(Scope.AGENT, None, None),
+        )
 
 
 def test_one_plan_rule_for_people_organizations_and_projects() -> None:

@@ -71,11 +71,12 @@ def _fill(store: Store, subject: uuid.UUID, agent: uuid.UUID, org: uuid.UUID) ->
             Status.ACTIVE,
             start + timedelta(milliseconds=i),
             start,
+            org,
         )  # fmt: skip
         for i in range(ROWS)
     ]
     for at in range(0, ROWS, 2_000):
-        store.replace_memories(rows[at : at + 2_000], [], utcnow())
+        store.replace_memories(org, rows[at : at + 2_000], [], utcnow())
 
 
 def _state(store: Store, subject: uuid.UUID) -> tuple[int, int, int]:

@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from mnemos.api.app import create_app
 from mnemos.api.deps import tenant
 from mnemos.config import Settings
+from mnemos.domain.tenants import Tenants
 from mnemos.storage import check_settings, migrate, open_store
 from mnemos.storage.base import Store
 from tests.conftest import Replicated, wait_for_rotation
@@ -280,7 +281,8 @@ def test_a_replica_that_dies_under_a_read_fails_no_request(
     with frozen_checks(store):  # still in rotation when the read meets it dead
         pair.replica.stop("immediate")
         assert store.replica_status()[0].in_rotation
-        memory = as_tenant(store, agent, lambda: store.get_memory(ident))
+        reach = Tenants((agent.tenant,))
+        memory = as_tenant(store, agent, lambda: store.get_memory(ident, reach))
         assert memory is not None and memory.content == "kept"
     assert "out of rotation" in caplog.text  # the read failed there, and ran on the primary
     with TestClient(create_app(settings_for(pair), store)) as client:
@@ -301,12 +303,13 @@ def test_a_replica_that_stops_inside_a_snapshot_fails_no_request(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     _, agent, ident = stored
+    reach = Tenants((agent.tenant,))
 
     def page_and_total() -> tuple[object, object]:
         with store.snapshot():  # as an offset page reads its rows, then its total
-            first = store.get_memory(ident)
+            first = store.get_memory(ident, reach)
             pair.replica.stop("fast")
-            return first, store.get_memory(ident)
+            return first, store.get_memory(ident, reach)
 
     with frozen_checks(store):
         first, second = as_tenant(store, agent, page_and_total)

@@ -21,6 +21,7 @@ from mnemos.domain.history import by_person
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Agent, Organization, User
 from mnemos.domain.ports import AccountStore, KeyKind, Secrets
+from mnemos.domain.tenants import tenant_of
 from mnemos.domain.values import check_optional_text, check_text
 from mnemos.errors import AgentLimitReached, NotFound, Unauthorized, invalid_field
 
@@ -250,5 +251,7 @@ def delete_owned_agent(
 ) -> Agent:
     """Delete one of a person's agents (404 for anyone else's: existence is not leaked)."""
     agent = owned_agent(store, owner_id, agent_id)
-    store.delete_agent(agent.id, by=by_person(owner_id))
+    owner = store.get_user(owner_id)
+    tenant = tenant_of(owner.organization_id if owner else None, owner_id)
+    store.delete_agent(agent.id, tenant, by=by_person(owner_id))
     return agent

@@ -17,6 +17,7 @@ from mnemos.domain.people import actor_of, sees_agent, sees_user
 from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
 from mnemos.domain.queries import Filters, MemoryQuery, Order
 from mnemos.domain.recall import Recalled, SearchMode
+from mnemos.domain.tenants import person_reach
 from mnemos.domain.visibility import (
     MAX_BRANCHES,
     Reach,
@@ -131,8 +132,11 @@ class HumanMemoryService:
         """A visible memory; 404 when there is none, 403 when it is not the caller's to see."""
         require_memory_plan(ctx.user, ctx.organization)
         ident = try_uuid(memory_id)
-        memory = self.store.get_memory(ident) if ident else None
+        memory = self.store.get_memory(ident, person_reach(ctx)) if ident else None
         if memory is None:
+            # Beyond the person's tenants: 403 if it exists at all (docs/design.md, "GET one").
+            if ident is not None and self.store.memory_exists(ident):
+                raise Forbidden("This memory is not visible to you")
             raise NotFound("Memory not found")
         if not self.visible(ctx, memory):
             raise Forbidden("This memory is not visible to you")
@@ -147,13 +151,15 @@ class HumanMemoryService:
 
     def delete(self, ctx: UserContext, memory_id: str) -> None:
         memory = self.changeable(ctx, memory_id)
-        self.store.delete_memory(memory.id, by=by_user(ctx))
+        self.store.delete_memory(memory.tenant_id, memory.id, by=by_user(ctx))
 
     def set_status(self, ctx: UserContext, memory_id: str, status: Status) -> Memory:
         memory = self.changeable(ctx, memory_id)
         if status is Status.ACTIVE and memory.status is not Status.ARCHIVED:
             raise MemoryNotArchived(details={"status": memory.status.value})
-        updated = self.store.set_memory_status(memory.id, status, utcnow(), by=by_user(ctx))
+        updated = self.store.set_memory_status(
+            memory.tenant_id, memory.id, status, utcnow(), by=by_user(ctx)
+        )
         if updated is None:
             raise NotFound("Memory not found")
         return updated

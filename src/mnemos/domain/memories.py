@@ -40,6 +40,7 @@ from mnemos.domain.ports import MemoryStore, RoomStore, SearchPages, VectorStore
 from mnemos.domain.queries import Filters, MemoryQuery, Order
 from mnemos.domain.recall import Recall, Recalled, SearchMode, query_words
 from mnemos.domain.search import Ranked, Ranker
+from mnemos.domain.tenants import agent_reach, agent_tenant
 from mnemos.domain.values import check_metadata, check_text
 from mnemos.domain.visibility import (
     admitted,
@@ -255,6 +256,7 @@ class MemoryService:
             scope=scope,
             organization_id=None if scope is Scope.AGENT else ctx.organization_id,
             source_agent_id=ctx.agent.id,
+            tenant_id=agent_tenant(ctx),
         )
         if idempotency_key is None:
             self.store.insert_memory(memory, by=by_agent(ctx))
@@ -269,7 +271,9 @@ class MemoryService:
                 "This Idempotency-Key was used for a different request",
                 details={"idempotency_key": "reused with a different body"},
             )
-        first = memory if stored_id == memory.id else self.store.get_memory(stored_id)
+        first = (
+            memory if stored_id == memory.id else self.store.get_memory(stored_id, agent_reach(ctx))
+        )
         if first is None:
             raise Conflict("The memory stored under this Idempotency-Key was deleted")
         return first
@@ -328,7 +332,7 @@ class MemoryService:
     def get_as_agent(self, ctx: AgentContext, memory_id: str) -> Memory:
         require_memory_plan(ctx.owner, ctx.organization)
         ident = try_uuid(memory_id)
-        memory = self.store.get_memory(ident) if ident else None
+        memory = self.store.get_memory(ident, agent_reach(ctx)) if ident else None
         if memory is None or not self.agent_can_read(ctx, memory):
             raise NotFound("Memory not found")
         return memory
@@ -338,7 +342,9 @@ class MemoryService:
         memory = self.get_as_agent(ctx, memory_id)
         if not admitted(agent_changes(ctx), memory):
             raise Forbidden("Only the agent that stored a memory can change its status")
-        updated = self.store.set_memory_status(memory.id, status, utcnow(), by=by_agent(ctx))
+        updated = self.store.set_memory_status(
+            memory.tenant_id, memory.id, status, utcnow(), by=by_agent(ctx)
+        )
         if updated is None:
             raise NotFound("Memory not found")
         return updated

@@ -142,6 +142,7 @@ class Memory:
     status: Status
     inserted_at: datetime
     updated_at: datetime
+    tenant_id: uuid.UUID  # whose shard it is on (`domain/tenants.py`); not public
 
 
 class RoomType(StrEnum):

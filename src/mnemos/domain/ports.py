@@ -41,6 +41,7 @@ from mnemos.domain.models import (
 from mnemos.domain.pagination import Position, RankPosition
 from mnemos.domain.queries import MemoryQuery
 from mnemos.domain.search import Ranked
+from mnemos.domain.tenants import Tenants
 
 KeyKind = Literal["agent", "user"]
 """Who an API key authenticates."""
@@ -88,6 +89,9 @@ class SearchPages(Protocol):
 class MemoryStore(Protocol):
     """Memories: insert, read, list, change and delete them.
 
+    Each call names the tenants it touches (`domain/tenants.py`): a memory's own `tenant_id`
+    when it inserts one, a `tenant_id` or `Tenants` otherwise, or the audiences' tenants.
+
     Every method that changes memories appends their history rows (`domain/history.py`) in the
     same transaction, with `by` as the actor (None: the server itself, e.g. a bulk loader).
     """
@@ -118,11 +122,23 @@ class MemoryStore(Protocol):
         """
 
     @abc.abstractmethod
-    def get_memory(self, memory_id: uuid.UUID) -> Memory | None: ...
+    def get_memory(self, memory_id: uuid.UUID, tenants: Tenants) -> Memory | None:
+        """The memory with this id in one of `tenants`, or None."""
+
+    @abc.abstractmethod
+    def memory_exists(self, memory_id: uuid.UUID) -> bool:
+        """Whether a memory with this id exists in any tenant: a query of every shard, only for
+        a person's 403 on a memory they may not see (docs/design.md, "GET one")."""
 
     @abc.abstractmethod
     def set_memory_status(
-        self, memory_id: uuid.UUID, status: Status, now: datetime, *, by: ChangedBy | None = None
+        self,
+        tenant_id: uuid.UUID,
+        memory_id: uuid.UUID,
+        status: Status,
+        now: datetime,
+        *,
+        by: ChangedBy | None = None,
     ) -> Memory | None:
         """Change a memory's status and `updated_at`; the updated memory, or None if gone."""
 
@@ -155,23 +171,29 @@ class MemoryStore(Protocol):
     def count_memories(self, query: MemoryQuery) -> int: ...
 
     @abc.abstractmethod
-    def delete_memory(self, memory_id: uuid.UUID, *, by: ChangedBy | None = None) -> bool:
+    def delete_memory(
+        self, tenant_id: uuid.UUID, memory_id: uuid.UUID, *, by: ChangedBy | None = None
+    ) -> bool:
         """Delete a memory for good; False if it was not there."""
 
     @abc.abstractmethod
-    def delete_memories(self, memory_ids: list[uuid.UUID], *, by: ChangedBy | None = None) -> int:
+    def delete_memories(
+        self, tenant_id: uuid.UUID, memory_ids: list[uuid.UUID], *, by: ChangedBy | None = None
+    ) -> int:
         """Delete memories for good; how many were there."""
 
     @abc.abstractmethod
     def replace_memories(
         self,
+        tenant_id: uuid.UUID,
         new: list[Memory],
         superseded: list[uuid.UUID],
         now: datetime,
         *,
         by: ChangedBy | None = None,
     ) -> None:
-        """In one transaction: mark `superseded` (if still active) superseded, insert `new`."""
+        """In one transaction: mark `superseded` (memories of `tenant_id`, if still active)
+        superseded, insert `new` (each in its own tenant)."""
 
 
 class RightsStore(Protocol):
@@ -181,7 +203,8 @@ class RightsStore(Protocol):
     def memories_about(
         self, subject_id: uuid.UUID, *, after: Memory | None, limit: int
     ) -> Sequence[Memory]:
-        """Up to `limit` memories whose subject is `subject_id` (any scope and status) in a
+        """Up to `limit` memories whose subject is `subject_id` (any scope and status, in every
+        tenant that holds some: `Tenants(about=subject_id)`) in a
         stable order (the subject index's), continuing after `after`, a memory of the previous
         batch: keyset pagination, so an export of any size reads one batch at a time."""
 
@@ -202,11 +225,13 @@ class RightsStore(Protocol):
 
     @abc.abstractmethod
     def erasures_of(self, subject_id: uuid.UUID) -> list[Erasure]:
-        """The erasure events of a person, oldest first."""
+        """The erasure events of a person, oldest first (kept in the person's own tenant)."""
 
     @abc.abstractmethod
-    def history_of(self, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[Change]]:
-        """The history of each memory, oldest first (a memory without history maps to [])."""
+    def history_of(
+        self, tenants: Tenants, memory_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, list[Change]]:
+        """The history of each memory (of `tenants`), oldest first (none: [])."""
 
     @abc.abstractmethod
     def set_retention(self, policy: RetentionPolicy) -> bool:
@@ -286,8 +311,11 @@ class AccountStore(Protocol):
         """The agents a person owns, oldest first."""
 
     @abc.abstractmethod
-    def delete_agent(self, agent_id: uuid.UUID, *, by: ChangedBy | None = None) -> None:
-        """Revoke the agent's keys, delete its agent-scoped memories and its room seats, keep its
+    def delete_agent(
+        self, agent_id: uuid.UUID, tenant_id: uuid.UUID, *, by: ChangedBy | None = None
+    ) -> None:
+        """Revoke the agent's keys, delete its agent-scoped memories (in its tenant,
+        `tenant_id`) and its room seats, keep its
         other memories with `source_agent_id` null, and delete the agent: one transaction (with
         the history: `deleted`, `source_removed`)."""
 
@@ -394,6 +422,7 @@ class TuyaStore(Protocol):
     @abc.abstractmethod
     def delete_tuya_memories(
         self,
+        tenant_id: uuid.UUID,
         subject_id: uuid.UUID,
         slots: Sequence[str],
         prefixes: Sequence[str],

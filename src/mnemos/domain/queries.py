@@ -3,7 +3,8 @@
 The domain builds these from its visibility rules; storage only translates them to SQL. An
 `Audience` is one branch of an OR: a memory is visible when it matches every field the
 audience sets. An audience must pin at least one owner field, so a missing organization can
-never turn into "every organization".
+never turn into "every organization"; and its tenant (`domain/tenants.py`), or else a subject,
+whose tenants it then reaches (the tenants holding memories about them).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Audience:
     source_agent_owner_id: uuid.UUID | None = None
     chat_room_id: uuid.UUID | None = None
     without_subject: bool = False
+    tenant_id: uuid.UUID | None = None
 
     def __post_init__(self) -> None:
         pinned = (
@@ -39,6 +41,8 @@ class Audience:
         )
         if all(value is None for value in pinned):
             raise ValueError("an audience must pin an agent, organization, subject or room member")
+        if self.tenant_id is None and self.subject_id is None:
+            raise ValueError("an audience must pin its tenant, or a subject (and its tenants)")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from mnemos.domain.models import (
 )
 from mnemos.domain.ports import AccountStore, MemoryStore, RightsStore, RoomStore
 from mnemos.domain.queries import ALL_STATUSES, MemoryQuery
+from mnemos.domain.tenants import Tenants
 from mnemos.domain.visibility import about
 from mnemos.errors import NotFound
 
@@ -78,7 +79,8 @@ class RightsService:
             if not items:
                 return
             shown = self.human.display_fields(ctx, items)
-            history = self.store.history_of([m.id for m in items])
+            reach = Tenants(about=ctx.user.id)
+            history = self.store.history_of(reach, [m.id for m in items])
             yield [Exported(m, shown[m.id], history[m.id]) for m in items]
             if len(items) < batch:
                 return
@@ -119,10 +121,10 @@ class RightsService:
     def history_as_agent(self, ctx: AgentContext, memory_id: str) -> list[Change]:
         """A memory's changes, oldest first; 404 exactly when `get_as_agent` is."""
         memory = self.human.memories.get_as_agent(ctx, memory_id)
-        return self.store.history_of([memory.id])[memory.id]
+        return self.store.history_of(Tenants((memory.tenant_id,)), [memory.id])[memory.id]
 
     def history_as_user(self, ctx: UserContext, memory_id: str) -> list[Change]:
         """A memory's changes, oldest first; 404 and 403 exactly when `HumanMemoryService.get`
         answers them."""
         memory = self.human.get(ctx, memory_id)
-        return self.store.history_of([memory.id])[memory.id]
+        return self.store.history_of(Tenants((memory.tenant_id,)), [memory.id])[memory.id]

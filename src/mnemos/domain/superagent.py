@@ -17,6 +17,7 @@ from mnemos.domain.models import Agent, Memory, Status, UserContext
 from mnemos.domain.people import actor_of, sees_agent
 from mnemos.domain.ports import AccountStore, MemoryStore
 from mnemos.domain.queries import MemoryQuery
+from mnemos.domain.tenants import person_reach
 from mnemos.domain.visibility import (
     is_user_memory,
     require_memory_plan,
@@ -60,7 +61,7 @@ class SuperagentMemories:
         """Delete one of the caller's own `user` memories; a `global` one is refused."""
         agent = self.reachable_agent(ctx, agent_id)
         ident = try_uuid(memory_id)
-        memory = self.store.get_memory(ident) if ident else None
+        memory = self.store.get_memory(ident, person_reach(ctx)) if ident else None
         # Active only, as the list shows them.
         visible = memory is not None and shows(
             self.store, superagent_audiences(ctx, agent), memory.id, (Status.ACTIVE,)
@@ -69,7 +70,7 @@ class SuperagentMemories:
             raise NotFound("Memory not found")
         if not is_user_memory(ctx, memory):
             raise Forbidden("Only your own user memories can be deleted")
-        self.store.delete_memory(memory.id, by=by_user(ctx))
+        self.store.delete_memory(memory.tenant_id, memory.id, by=by_user(ctx))
 
 
 __all__ = ["SuperagentMemories", "is_user_memory"]

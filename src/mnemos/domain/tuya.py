@@ -226,12 +226,12 @@ class TuyaMemories:
         if subject is None:
             return
         owners = [_slot_owner(binding, scope) for scope in binding.scopes]
-        by = by_tuya(caller.client_id)
+        by, tenant = by_tuya(caller.client_id), caller.organization_id
         if clear_all:
-            self.store.delete_tuya_memories(subject, [], owners, DELETE_BATCH, by=by)
+            self.store.delete_tuya_memories(tenant, subject, [], owners, DELETE_BATCH, by=by)
         else:
             slots = [owner + key for owner in owners for key in keys or []]
-            self.store.delete_tuya_memories(subject, slots, [], DELETE_BATCH, by=by)
+            self.store.delete_tuya_memories(tenant, subject, slots, [], DELETE_BATCH, by=by)
 
     @staticmethod
     def parse_keys(raw: str | None, clear_all: bool) -> list[str] | None:
@@ -323,6 +323,7 @@ def _memory(
         status=Status.ACTIVE,
         inserted_at=now,
         updated_at=now,
+        tenant_id=caller.organization_id,  # the project's (`domain/tenants.py`)
     )
 
 

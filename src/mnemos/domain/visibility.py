@@ -16,6 +16,9 @@ query narrowed to that memory (`shows`). No API family writes a visibility rule 
 - A Tuya call reads the device's subject memories in the project's organization, and the
   device's agent-scoped memories of the role's agent.
 
+Each audience names its tenant (`domain/tenants.py`): the caller's, or for what is about a
+person, none (the tenants holding memories about them: a multi-shard read).
+
 Memory access also needs a plan: `plan_allows` is the one rule, for every family.
 """
 
@@ -36,6 +39,7 @@ from mnemos.domain.models import (
 )
 from mnemos.domain.ports import MemoryStore
 from mnemos.domain.queries import ALL_STATUSES, Audience, MemoryQuery
+from mnemos.domain.tenants import agent_tenant, person_tenant
 from mnemos.errors import OrgScopeRequiresOrganization, PlanRequired, SubjectIdRequired
 
 # --- plans -----------------------------------------------------------------------------------
@@ -69,6 +73,7 @@ def _admits(audience: Audience, memory: Memory) -> bool:
         (audience.organization_id, memory.organization_id),
         (audience.subject_id, memory.subject_id),
         (audience.chat_room_id, memory.chat_room_id),
+        (audience.tenant_id, memory.tenant_id),
     )
     return (
         (audience.scopes is None or memory.scope in audience.scopes)
@@ -93,16 +98,20 @@ def shows(
 
 def agent_reads(ctx: AgentContext) -> tuple[Audience, ...]:
     """Its own memories, and the organization and subject memories of its organization."""
-    own = Audience(source_agent_id=ctx.agent.id)
+    tenant = agent_tenant(ctx)
+    own = Audience(source_agent_id=ctx.agent.id, tenant_id=tenant)
     org = ctx.organization_id
     if org is None:
         return (own,)
-    return (own, Audience(organization_id=org, scopes=(Scope.ORGANIZATION, Scope.SUBJECT)))
+    shared = Audience(
+        organization_id=org, scopes=(Scope.ORGANIZATION, Scope.SUBJECT), tenant_id=tenant
+    )
+    return (own, shared)
 
 
 def agent_changes(ctx: AgentContext) -> tuple[Audience, ...]:
     """Only the storing agent supersedes or archives."""
-    return (Audience(source_agent_id=ctx.agent.id),)
+    return (Audience(source_agent_id=ctx.agent.id, tenant_id=agent_tenant(ctx)),)
 
 
 def agent_list(
@@ -110,33 +119,36 @@ def agent_list(
 ) -> tuple[tuple[Audience, ...], uuid.UUID | None]:
     """What `GET /api/v1/agent/memories` returns (docs/design.md's table, every row a narrowing
     of `agent_reads`): the audiences, and the subject the list is further narrowed to."""
-    me = ctx.agent.id
+    me, tenant = ctx.agent.id, agent_tenant(ctx)
     wanted = None if scope in (None, "all") else Scope(scope)
     if memory_scope == "me":
-        return (Audience(source_agent_id=me, scopes=(wanted,) if wanted else None),), subject_id
+        own = Audience(source_agent_id=me, scopes=(wanted,) if wanted else None, tenant_id=tenant)
+        return (own,), subject_id
     org = ctx.organization_id
     if org is None:
         raise OrgScopeRequiresOrganization(
             "memory_scope 'org' requires the agent's owner to belong to an organization"
         )
-    shared = Audience(organization_id=org, scopes=(Scope.ORGANIZATION,))
+    shared = Audience(organization_id=org, scopes=(Scope.ORGANIZATION,), tenant_id=tenant)
     if scope is None or wanted is Scope.ORGANIZATION:
         return (shared,), subject_id
     if wanted is Scope.AGENT:
-        return (Audience(source_agent_id=me, scopes=(Scope.AGENT,)),), subject_id
+        return (Audience(source_agent_id=me, scopes=(Scope.AGENT,), tenant_id=tenant),), subject_id
     if wanted is Scope.SUBJECT:
         if subject_id is None:
             raise SubjectIdRequired("scope 'subject' requires subject_id")
         return (_about(org, subject_id),), subject_id
     # all: organization memories, this agent's own, and the named subject's
-    audiences: tuple[Audience, ...] = (shared, Audience(source_agent_id=me))
+    audiences: tuple[Audience, ...] = (shared, Audience(source_agent_id=me, tenant_id=tenant))
     if subject_id is not None:
         audiences += (_about(org, subject_id),)
     return audiences, None
 
 
 def _about(org: uuid.UUID, subject_id: uuid.UUID) -> Audience:
-    return Audience(organization_id=org, scopes=(Scope.SUBJECT,), subject_id=subject_id)
+    return Audience(
+        organization_id=org, scopes=(Scope.SUBJECT,), subject_id=subject_id, tenant_id=org
+    )
 
 
 # --- people (Band human API) -----------------------------------------------------------------
@@ -157,28 +169,38 @@ class Reach:
 def human_audiences(ctx: UserContext, scope: str, reach: Reach = Reach()) -> tuple[Audience, ...]:
     """The branches of (a)-(d) that a `scope` (`about_me`, `organization`, `room`, `all`) asks
     for; `reach` only changes how the branches are written, never what they match."""
-    me, org = ctx.user.id, ctx.organization_id
-    about_me = Audience(subject_id=me, scopes=(Scope.SUBJECT,))
+    me, org, tenant = ctx.user.id, ctx.organization_id, person_tenant(ctx)
+    about_me = Audience(subject_id=me, scopes=(Scope.SUBJECT,))  # every tenant's
+    agent_scope = (Scope.AGENT,)
     if reach.agents is not None and len(reach.agents) <= MAX_BRANCHES:
-        mine = tuple(Audience(source_agent_id=a, scopes=(Scope.AGENT,)) for a in reach.agents)
+        mine = tuple(
+            Audience(source_agent_id=a, scopes=agent_scope, tenant_id=tenant) for a in reach.agents
+        )
     else:
-        mine = (Audience(source_agent_owner_id=me, scopes=(Scope.AGENT,)),)
-    shared = (Audience(organization_id=org, scopes=(Scope.ORGANIZATION,)),) if org else ()
+        mine = (Audience(source_agent_owner_id=me, scopes=agent_scope, tenant_id=tenant),)
+    shared = (
+        (Audience(organization_id=org, scopes=(Scope.ORGANIZATION,), tenant_id=org),) if org else ()
+    )
     in_rooms: tuple[Audience, ...] = ()
     room_scopes = (Scope.SUBJECT, Scope.ORGANIZATION)
     if org and reach.rooms is not None and len(reach.rooms) <= MAX_BRANCHES:
         in_rooms = tuple(
-            Audience(chat_room_id=r, organization_id=org, scopes=room_scopes) for r in reach.rooms
+            Audience(chat_room_id=r, organization_id=org, scopes=room_scopes, tenant_id=org)
+            for r in reach.rooms
         )
     elif org:
-        in_rooms = (Audience(room_member_user_id=me, organization_id=org, scopes=room_scopes),)
+        in_rooms = (
+            Audience(
+                room_member_user_id=me, organization_id=org, scopes=room_scopes, tenant_id=org
+            ),
+        )
     if scope == "about_me":
         return (about_me,)
     if scope == "organization":
         return shared
     if scope == "room":
         own_in_rooms = Audience(
-            room_member_user_id=me, source_agent_owner_id=me, scopes=(Scope.AGENT,)
+            room_member_user_id=me, source_agent_owner_id=me, scopes=agent_scope, tenant_id=tenant
         )
         return (*in_rooms, own_in_rooms)
     return (about_me, *shared, *in_rooms, *mine)
@@ -190,11 +212,15 @@ def human_changes(
     """(a) memories about the person and (d) the agent-scoped memories of their agents; with
     `agents` (the ids of the agents they own) every branch pins a memory's own columns, so
     `admitted` can decide without the store."""
-    me = ctx.user.id
-    about_me = Audience(subject_id=me, scopes=(Scope.SUBJECT,))
+    me, tenant = ctx.user.id, person_tenant(ctx)
+    about_me = Audience(subject_id=me, scopes=(Scope.SUBJECT,))  # every tenant's
+    agent_scope = (Scope.AGENT,)
     if agents is None:
-        return (about_me, Audience(source_agent_owner_id=me, scopes=(Scope.AGENT,)))
-    return (about_me, *(Audience(source_agent_id=a, scopes=(Scope.AGENT,)) for a in agents))
+        return (about_me, Audience(source_agent_owner_id=me, scopes=agent_scope, tenant_id=tenant))
+    return (
+        about_me,
+        *(Audience(source_agent_id=a, scopes=agent_scope, tenant_id=tenant) for a in agents),
+    )
 
 
 # --- people's rights -------------------------------------------------------------------------
@@ -202,7 +228,8 @@ def human_changes(
 
 def about(person_id: uuid.UUID) -> Audience:
     """What is about a person, for their rights (count, export, erase): every memory whose
-    subject they are, any scope and status. Memories their agents stored about others are not."""
+    subject they are, any scope and status, in every tenant that holds some. Memories their
+    agents stored about others are not."""
     return Audience(subject_id=person_id)
 
 
@@ -216,11 +243,21 @@ def superagent_audiences(ctx: UserContext, agent: Agent) -> tuple[Audience, ...]
     audiences = [Audience(subject_id=me, scopes=(Scope.SUBJECT,), source_agent_id=source)]
     if org is not None:
         audiences.append(
-            Audience(organization_id=org, scopes=(Scope.ORGANIZATION,), source_agent_id=source)
+            Audience(
+                organization_id=org,
+                scopes=(Scope.ORGANIZATION,),
+                source_agent_id=source,
+                tenant_id=org,
+            )
         )
     if agent.owner_id == me:
         audiences.append(
-            Audience(source_agent_id=source, scopes=(Scope.AGENT,), without_subject=True)
+            Audience(
+                source_agent_id=source,
+                scopes=(Scope.AGENT,),
+                without_subject=True,
+                tenant_id=person_tenant(ctx),
+            )
         )
     return tuple(audiences)
 
@@ -239,11 +276,17 @@ def device_audiences(
     """The device's global memory (its subject memories in the project's organization) and, for
     a role, the role agent's private memories of the device."""
     shared = Audience(
-        organization_id=organization_id, scopes=(Scope.SUBJECT,), subject_id=subject_id
+        organization_id=organization_id,
+        scopes=(Scope.SUBJECT,),
+        subject_id=subject_id,
+        tenant_id=organization_id,
     )
     if role_agent_id is None:
         return (shared,)
-    return (
-        shared,
-        Audience(source_agent_id=role_agent_id, scopes=(Scope.AGENT,), subject_id=subject_id),
+    private = Audience(
+        source_agent_id=role_agent_id,
+        scopes=(Scope.AGENT,),
+        subject_id=subject_id,
+        tenant_id=organization_id,
     )
+    return (shared, private)

@@ -14,6 +14,7 @@ from mnemos.storage.schema import memory_history
 
 
 def history_row(
+    tenant_id: uuid.UUID,
     memory_id: uuid.UUID,
     subject_id: uuid.UUID | None,
     event: HistoryEvent,
@@ -21,8 +22,10 @@ def history_row(
     at: datetime,
     superseded_by: uuid.UUID | None = None,
 ) -> dict[str, Any]:
-    """One row: what happened to which memory (about whom), who did it, when; no content."""
+    """One row: what happened to which memory (of which tenant, about whom), who did it, when;
+    no content."""
     return {
+        "tenant_id": tenant_id,
         "memory_id": memory_id,
         "subject_id": subject_id,
         "event": event.value,

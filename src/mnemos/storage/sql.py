@@ -22,6 +22,7 @@ from mnemos.domain.models import ChangedBy, HistoryEvent, Memory, Status
 from mnemos.domain.pagination import Position, RankPosition
 from mnemos.domain.queries import FILTER_NAMES, MemoryQuery, Order
 from mnemos.domain.search import Ranked
+from mnemos.domain.tenants import Tenants
 from mnemos.errors import Conflict, SearchTooExpensive
 from mnemos.storage.base import Store
 from mnemos.storage.history_rows import history_row, record
@@ -29,13 +30,15 @@ from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
 from mnemos.storage.schema import UTCDateTime, idempotency_keys, memories
 from mnemos.storage.search_plan import WALK_MAX_AUDIENCES, WALK_ROWS, SearchPlan, plan_search
 from mnemos.storage.sql_accounts import AccountsSql
-from mnemos.storage.sql_base import replica_read
+from mnemos.storage.sql_base import EVERY_TENANT, replica_read
 from mnemos.storage.sql_conditions import (
     AUDIENCE_SQL,
     FILTER_SQL,
     FieldSql,
     audience_values,
     filter_values,
+    in_tenants,
+    tenants_of,
 )
 from mnemos.storage.sql_rights import RightsSql
 from mnemos.storage.sql_rooms import RoomsSql
@@ -49,8 +52,10 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
     """A `Store` over SQLAlchemy Core; subclasses supply the dialect's differences."""
 
     def insert_memory(self, memory: Memory, *, by: ChangedBy | None = None) -> None:
+        row = memory_values(memory)
         with self._write() as conn:
-            conn.execute(memories.insert().values(**memory_values(memory)))
+            conn.execute(memories.insert().values(**row))
+            self._note_subjects(conn, [row])
             record(conn, [_created(memory, by)])
 
     def insert_memory_once(
@@ -64,7 +69,8 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         by: ChangedBy | None = None,
     ) -> tuple[uuid.UUID, str]:
         keys = idempotency_keys.c
-        mine = sa.and_(keys.principal_id == principal_id, keys.key == key)
+        tenant = memory.tenant_id  # the agent's, whose key it is
+        mine = sa.and_(keys.tenant_id == tenant, keys.principal_id == principal_id, keys.key == key)
         with self._write() as conn:
             conn.execute(
                 idempotency_keys.delete().where(mine, keys.inserted_at < memory.inserted_at - ttl)
@@ -72,6 +78,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             claimed = conn.execute(
                 self._insert_ignore(idempotency_keys)
                 .values(
+                    tenant_id=tenant,
                     principal_id=principal_id,
                     key=key,
                     fingerprint=fingerprint,
@@ -81,48 +88,72 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                 .returning(keys.memory_id)
             ).first()
             if claimed is not None:
-                conn.execute(memories.insert().values(**memory_values(memory)))
+                values = memory_values(memory)
+                conn.execute(memories.insert().values(**values))
+                self._note_subjects(conn, [values])
                 record(conn, [_created(memory, by)])
                 return memory.id, fingerprint
             row = conn.execute(sa.select(keys.memory_id, keys.fingerprint).where(mine)).one()
         return row[0], row[1]
 
     @replica_read
-    def get_memory(self, memory_id: uuid.UUID) -> Memory | None:
+    def get_memory(self, memory_id: uuid.UUID, tenants: Tenants) -> Memory | None:
+        query = sa.select(*MEMORY_COLUMNS).where(in_tenants(memories, tenants), M.id == memory_id)
         with self._read() as conn:
-            row = conn.execute(sa.select(*MEMORY_COLUMNS).where(M.id == memory_id)).first()
+            row = conn.execute(query).first()
         return to_memory(row) if row else None
 
+    @replica_read
+    def memory_exists(self, memory_id: uuid.UUID) -> bool:
+        # The one read of memories across every tenant (docs/deploying.md): marked for the
+        # suite's check of tenant filters (tests/tenant_filter.py).
+        query = sa.select(sa.literal(1)).prefix_with(EVERY_TENANT).where(M.id == memory_id)
+        with self._read() as conn:
+            return conn.execute(query.limit(1)).first() is not None
+
     def set_memory_status(
-        self, memory_id: uuid.UUID, status: Status, now: datetime, *, by: ChangedBy | None = None
+        self,
+        tenant_id: uuid.UUID,
+        memory_id: uuid.UUID,
+        status: Status,
+        now: datetime,
+        *,
+        by: ChangedBy | None = None,
     ) -> Memory | None:
+        this = sa.and_(M.tenant_id == tenant_id, M.id == memory_id)
         try:
             with self._write() as conn:
                 changed = conn.execute(
                     memories.update()
-                    .where(M.id == memory_id)
+                    .where(this)
                     .values(status=status.value, updated_at=now)
                     .returning(M.subject_id)
                 ).first()
                 if changed is not None:
-                    event = STATUS_EVENTS[status]
-                    record(conn, [history_row(memory_id, changed[0], event, by or SERVER, now)])
-                row = conn.execute(sa.select(*MEMORY_COLUMNS).where(M.id == memory_id)).first()
+                    event, actor = STATUS_EVENTS[status], by or SERVER
+                    record(conn, [history_row(tenant_id, memory_id, changed[0], event, actor, now)])
+                row = conn.execute(sa.select(*MEMORY_COLUMNS).where(this)).first()
         except sa.exc.IntegrityError:  # restoring a Tuya value whose key has a newer active one
             raise Conflict("Another value of this memory's key is active") from None
         return to_memory(row) if row else None
 
-    def delete_memory(self, memory_id: uuid.UUID, *, by: ChangedBy | None = None) -> bool:
-        return self.delete_memories([memory_id], by=by) == 1
+    def delete_memory(
+        self, tenant_id: uuid.UUID, memory_id: uuid.UUID, *, by: ChangedBy | None = None
+    ) -> bool:
+        return self.delete_memories(tenant_id, [memory_id], by=by) == 1
 
-    def delete_memories(self, memory_ids: list[uuid.UUID], *, by: ChangedBy | None = None) -> int:
+    def delete_memories(
+        self, tenant_id: uuid.UUID, memory_ids: list[uuid.UUID], *, by: ChangedBy | None = None
+    ) -> int:
         if not memory_ids:
             return 0
+        where = sa.and_(M.tenant_id == tenant_id, M.id.in_(memory_ids))
         with self._write() as conn:
-            return self._delete_memories(conn, M.id.in_(memory_ids), by or SERVER)
+            return self._delete_memories(conn, where, by or SERVER)
 
     def replace_memories(
         self,
+        tenant_id: uuid.UUID,
         new: list[Memory],
         superseded: list[uuid.UUID],
         now: datetime,
@@ -133,14 +164,17 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             if superseded:
                 gone = conn.execute(
                     memories.update()
-                    .where(M.id.in_(superseded), M.status == Status.ACTIVE.value)
+                    .where(M.tenant_id == tenant_id, M.id.in_(superseded))
+                    .where(M.status == Status.ACTIVE.value)
                     .values(status=Status.SUPERSEDED.value, updated_at=now)
                     .returning(M.id, M.subject_id)
                 ).all()
                 event, actor = HistoryEvent.SUPERSEDED, by or SERVER
-                record(conn, (history_row(i, s, event, actor, now) for i, s in gone))
+                record(conn, (history_row(tenant_id, i, s, event, actor, now) for i, s in gone))
             if new:
-                conn.execute(memories.insert(), [memory_values(m) for m in new])
+                rows = [memory_values(m) for m in new]
+                conn.execute(memories.insert(), rows)
+                self._note_subjects(conn, rows)
                 record(conn, (_created(m, by) for m in new))
 
     # --- lists -----------------------------------------------------------------------------
@@ -172,7 +206,9 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             recheck = _recheck_names(params)
             if union:
                 keys = self._matching_keys(query, after is not None, depth=True, recheck=recheck)
-                statement = sa.select(*MEMORY_COLUMNS).join(keys, keys.c.id == M.id)
+                statement = sa.select(*MEMORY_COLUMNS).join(
+                    keys, sa.and_(keys.c.tenant_id == M.tenant_id, keys.c.id == M.id)
+                )
             else:
                 statement = sa.select(*MEMORY_COLUMNS).where(
                     *self._branch_conditions(query, 0, after is not None, recheck=recheck)
@@ -314,17 +350,23 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         for index in range(len(query.audiences)):
             source, match, score = self._search_rank(sa.bindparam(f"a{index}_search"))
             branches.append(
-                sa.select(M.id.label("id"), sa.cast(score, sa.Float()).label("score"))
+                sa.select(
+                    M.tenant_id.label("tenant_id"),
+                    M.id.label("id"),
+                    sa.cast(score, sa.Float()).label("score"),
+                )
                 .select_from(source)
                 .where(match, *self._branch_conditions(query, index, after=False, search=False))
             )
         scored = sa.union_all(*branches).subquery("scored")
         best = (
-            sa.select(scored.c.id, sa.func.max(scored.c.score).label("score"))
-            .group_by(scored.c.id)
+            sa.select(scored.c.tenant_id, scored.c.id, sa.func.max(scored.c.score).label("score"))
+            .group_by(scored.c.tenant_id, scored.c.id)
             .subquery("ranked")
         )
-        statement = sa.select(best.c.score, *MEMORY_COLUMNS).join(best, best.c.id == M.id)
+        statement = sa.select(best.c.score, *MEMORY_COLUMNS).join(
+            best, sa.and_(best.c.tenant_id == M.tenant_id, best.c.id == M.id)
+        )
         if after:
             at = sa.bindparam("after_score", type_=sa.Float())
             statement = statement.where(
@@ -419,6 +461,8 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             _condition(AUDIENCE_SQL, name, f"a{index}_{name}")
             for name, _ in audience_values(audience)
         ]
+        if audience.tenant_id is None:  # what is about a subject: the tenants holding some
+            conditions.append(M.tenant_id.in_(tenants_of(sa.bindparam(f"a{index}_subject_id"))))
         if audience.without_subject:
             conditions.append(M.subject_id.is_(None))
         conditions += [
@@ -441,14 +485,15 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
     def _matching_keys(
         self, query: MemoryQuery, after: bool, depth: bool, recheck: tuple[str, ...] = ()
     ) -> sa.Subquery:
-        """`(inserted_at, id)` of every match: one newest-first branch per audience, unioned.
+        """`(inserted_at, id, tenant_id)` of every match: one newest-first branch per audience,
+        unioned.
 
         Each branch can walk its own index in order and stop after `depth` rows, so a page of a
         union of audiences costs a few short index scans instead of one filtered sort.
         """
         branches = []
         for index in range(len(query.audiences)):
-            branch = sa.select(M.inserted_at, M.id).where(
+            branch = sa.select(M.inserted_at, M.id, M.tenant_id).where(
                 *self._branch_conditions(query, index, after, recheck=recheck)
             )
             if depth:
@@ -456,7 +501,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                     sa.bindparam("depth", type_=sa.Integer())
                 )
             inner = branch.subquery()
-            branches.append(sa.select(inner.c.inserted_at, inner.c.id))
+            branches.append(sa.select(inner.c.inserted_at, inner.c.id, inner.c.tenant_id))
         return sa.union(*branches).subquery("matches")
 
 
@@ -478,7 +523,12 @@ def _recheck_names(params: dict[str, Any]) -> tuple[str, ...]:
 
 def _created(memory: Memory, by: ChangedBy | None) -> dict[str, Any]:
     return history_row(
-        memory.id, memory.subject_id, HistoryEvent.CREATED, by or SERVER, memory.inserted_at
+        memory.tenant_id,
+        memory.id,
+        memory.subject_id,
+        HistoryEvent.CREATED,
+        by or SERVER,
+        memory.inserted_at,
     )
 
 

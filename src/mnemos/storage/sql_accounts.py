@@ -205,27 +205,26 @@ class AccountsSql(SqlBase):
         with self._read() as conn:
             return [to_agent(row) for row in conn.execute(_AGENTS_OF, {"owner_id": owner_id})]
 
-    def delete_agent(self, agent_id: uuid.UUID, *, by: ChangedBy | None = None) -> None:
+    def delete_agent(
+        self, agent_id: uuid.UUID, tenant_id: uuid.UUID, *, by: ChangedBy | None = None
+    ) -> None:
         now, actor = utcnow(), by or SERVER
+        its = sa.and_(memories.c.tenant_id == tenant_id, memories.c.source_agent_id == agent_id)
         with self._write() as conn:
             conn.execute(
                 api_keys.update()
                 .where(api_keys.c.principal_id == agent_id, api_keys.c.revoked_at.is_(None))
                 .values(revoked_at=now)
             )
-            self._delete_memories(
-                conn,
-                sa.and_(memories.c.source_agent_id == agent_id, memories.c.scope == "agent"),
-                actor,
-            )
+            self._delete_memories(conn, sa.and_(its, memories.c.scope == "agent"), actor)
             kept = conn.execute(
                 memories.update()
-                .where(memories.c.source_agent_id == agent_id)
+                .where(its)
                 .values(source_agent_id=None)
                 .returning(memories.c.id, memories.c.subject_id)
             ).all()
             event = HistoryEvent.SOURCE_REMOVED
-            record(conn, (history_row(i, s, event, actor, now) for i, s in kept))
+            record(conn, (history_row(tenant_id, i, s, event, actor, now) for i, s in kept))
             conn.execute(
                 chat_participants.delete().where(chat_participants.c.participant_id == agent_id)
             )

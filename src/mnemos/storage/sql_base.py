@@ -33,6 +33,7 @@ from mnemos.storage.schema import (
     memory_vectors,
     search_pages,
     server_secrets,
+    subject_tenants,
     vector_queue,
 )
 from mnemos.storage.search_plan import TermStats
@@ -42,6 +43,9 @@ DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
 _SCORE = struct.Struct("<d")
 _RANKED_ROW = 16 + _SCORE.size
 EXPIRED_CLEANED = 100  # more than one request's worth: `_remember_until`'s tables shrink
+EVERY_TENANT = "/* every tenant */"
+"""Marks the few statements that read memory-side tables of every tenant (docs/deploying.md,
+"Multi-shard queries"); the suite's check of tenant filters lets only these through."""
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -273,10 +277,19 @@ class SqlBase(abc.ABC):
 
     # --- the one delete path of memories ----------------------------------------------------
 
+    def _note_subjects(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+        """Record which tenants hold memories about which subjects (`subject_tenants`), for
+        inserted memory rows, in the caller's transaction: every insert path of memories."""
+        pairs = {(r["subject_id"], r["tenant_id"]) for r in rows if r["subject_id"] is not None}
+        if pairs:
+            values = [{"subject_id": s, "tenant_id": t} for s, t in sorted(pairs)]
+            conn.execute(self._insert_ignore(subject_tenants), values)
+
     def _delete_memories(
         self, conn: Connection, where: sa.ColumnElement[bool], by: ChangedBy | None = None
     ) -> int:
-        """Delete the memories matching `where` inside the caller's transaction; how many.
+        """Delete the memories matching `where` (which names their tenants) inside the
+        caller's transaction; how many.
         With `by`, each gets a `deleted` history row (an erasure passes none: it deletes their
         history too).
 
@@ -288,9 +301,10 @@ class SqlBase(abc.ABC):
             pks = list(conn.execute(memories.delete().where(where).returning(M.pk)).scalars())
         else:
             statement = memories.delete().where(where)
-            gone = conn.execute(statement.returning(M.pk, M.id, M.subject_id)).all()
+            gone = conn.execute(statement.returning(M.pk, M.tenant_id, M.id, M.subject_id)).all()
             now = utcnow()
-            record(conn, (history_row(i, s, HistoryEvent.DELETED, by, now) for _, i, s in gone))
+            event = HistoryEvent.DELETED
+            record(conn, (history_row(t, i, s, event, by, now) for _, t, i, s in gone))
             pks = [row[0] for row in gone]
         self._forget_vectors(conn, pks)
         return len(pks)

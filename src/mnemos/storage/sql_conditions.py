@@ -15,9 +15,23 @@ import sqlalchemy as sa
 
 from mnemos.domain.models import Status
 from mnemos.domain.queries import FILTER_NAMES, Audience, MemoryQuery
-from mnemos.storage.schema import agents, chat_participants, memories
+from mnemos.domain.tenants import Tenants
+from mnemos.storage.schema import agents, chat_participants, memories, subject_tenants
 
 M = memories.c
+
+
+def tenants_of(subject: Any) -> sa.Select[Any]:
+    """The tenants holding memories about `subject` (a value or a bound parameter)."""
+    return sa.select(subject_tenants.c.tenant_id).where(subject_tenants.c.subject_id == subject)
+
+
+def in_tenants(table: sa.Table, tenants: Tenants) -> sa.ColumnElement[bool]:
+    """`table`'s rows of `tenants`: named ones, and those holding memories about a subject."""
+    column = table.c.tenant_id
+    named = [column.in_(tenants.ids)] if tenants.ids else []
+    about = [column.in_(tenants_of(tenants.about))] if tenants.about is not None else []
+    return sa.or_(*named, *about)
 
 
 def _values_of(members: Any) -> list[str]:
@@ -67,6 +81,9 @@ AUDIENCE_SQL: dict[str, FieldSql | None] = {
     ),
     "chat_room_id": FieldSql(lambda p: M.chat_room_id == p),
     "without_subject": None,
+    # An audience without a tenant pins a subject: `SqlStore._branch_conditions` then reaches the
+    # subject's tenants (`in_tenants`).
+    "tenant_id": FieldSql(lambda p: M.tenant_id == p),
 }
 AUDIENCE_FIELDS = tuple(field.name for field in fields(Audience))
 

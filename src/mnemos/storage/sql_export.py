@@ -77,11 +77,13 @@ def _kind(hint: Any) -> type | None:
     return None
 
 
+# The public fields: a memory's tenant is storage's (as in `MemoryOut`).
 _MEMORY_KINDS = {
     field.name: _kind(hint)
     for field, hint in zip(
         dataclasses.fields(Memory), typing.get_type_hints(Memory).values(), strict=True
     )
+    if field.name != "tenant_id"
 }
 
 
@@ -117,12 +119,13 @@ def history_array(dialect: str, table: str) -> str:
     if dialect == "postgresql":
         return (
             f"(SELECT coalesce(json_agg({change} ORDER BY h.pk), '[]'::json)::text "
-            f"FROM memory_history h WHERE h.memory_id = {table}.id)"
+            f"FROM memory_history h WHERE h.tenant_id = {table}.tenant_id "
+            f"AND h.memory_id = {table}.id)"
         )
     # A JSON value loses its JSON type through a subquery's column: json() gives it back.
     return (
         f"(SELECT json_group_array(json(c)) FROM (SELECT {change} AS c FROM memory_history h "
-        f"WHERE h.memory_id = {table}.id ORDER BY h.pk))"
+        f"WHERE h.tenant_id = {table}.tenant_id AND h.memory_id = {table}.id ORDER BY h.pk))"
     )
 
 
@@ -136,7 +139,9 @@ def about_statement(dialect: str, *, first: bool) -> sa.TextClause:
     return sa.text(
         f"SELECT {_ORDER}, m.subject_id, m.source_agent_id, m.chat_room_id, "
         f"{memory_object(dialect, 'm')}{text}, {history_array(dialect, 'm')} "
-        f"FROM memories m WHERE m.subject_id = :subject {after}"
+        "FROM memories m WHERE m.tenant_id IN "
+        "(SELECT t.tenant_id FROM subject_tenants t WHERE t.subject_id = :subject) "
+        f"AND m.subject_id = :subject {after}"
         f"ORDER BY {_ORDER} LIMIT :limit"
     ).bindparams(sa.bindparam("subject", type_=sa.Uuid()))
 

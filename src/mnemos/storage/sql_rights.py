@@ -23,6 +23,7 @@ from mnemos.domain.models import (
     Status,
     System,
 )
+from mnemos.domain.tenants import Tenants
 from mnemos.storage.history_rows import history_row, record
 from mnemos.storage.rows import MEMORY_COLUMNS, to_memory
 from mnemos.storage.schema import (
@@ -37,6 +38,7 @@ from mnemos.storage.schema import (
     users,
 )
 from mnemos.storage.sql_base import SqlBase
+from mnemos.storage.sql_conditions import in_tenants, tenants_of
 from mnemos.storage.sql_export import about_statement, read_batch
 
 M = memories.c
@@ -50,7 +52,11 @@ _AFTER = sa.tuple_(*_ABOUT_ORDER) > sa.tuple_(
     sa.bindparam("after_at", type_=UTCDateTime()),
     sa.bindparam("after_id", type_=sa.Uuid()),
 )
-_ABOUT = sa.select(*MEMORY_COLUMNS).where(M.subject_id == sa.bindparam("subject_id"))
+# What is about a person is in every tenant that holds memories about them (multi-shard).
+_SUBJECT: sa.BindParameter[Any] = sa.bindparam("subject_id")
+_ABOUT = sa.select(*MEMORY_COLUMNS).where(
+    M.tenant_id.in_(tenants_of(_SUBJECT)), M.subject_id == _SUBJECT
+)
 _ABOUT_FIRST = _ABOUT.order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 _ABOUT_NEXT = _ABOUT.where(_AFTER).order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 
@@ -92,16 +98,29 @@ class RightsSql(SqlBase):
 
     def erase_subject(self, erasure: Erasure) -> int:
         subject = erasure.subject_id
+        reach = Tenants(about=subject)
+        of_subject = sa.and_(in_tenants(memories, reach), M.subject_id == subject)
+        keys = idempotency_keys.c
         with self._write() as conn:
             # An idempotency key's fingerprint is a digest of the request, content included.
-            about = sa.select(M.id).where(M.subject_id == subject)
-            conn.execute(idempotency_keys.delete().where(idempotency_keys.c.memory_id.in_(about)))
-            owners = self._vector_owners(conn, M.subject_id == subject)
-            erased = self._delete_memories(conn, M.subject_id == subject)
+            about = sa.select(M.tenant_id, M.id).where(of_subject)
+            conn.execute(
+                idempotency_keys.delete().where(
+                    in_tenants(idempotency_keys, reach),
+                    sa.tuple_(keys.tenant_id, keys.memory_id).in_(about),
+                )
+            )
+            owners = self._vector_owners(conn, of_subject)
+            erased = self._delete_memories(conn, of_subject)
             self._purge_vectors(conn, owners)  # no sealed copy of an erased vector remains
-            conn.execute(memory_history.delete().where(H.subject_id == subject))
+            conn.execute(
+                memory_history.delete().where(
+                    in_tenants(memory_history, reach), H.subject_id == subject
+                )
+            )
             conn.execute(
                 erasures.insert().values(
+                    tenant_id=subject,  # the person's own (`domain/tenants.py`)
                     id=erasure.id,
                     subject_id=subject,
                     actor_type=erasure.by.type.value,
@@ -114,21 +133,27 @@ class RightsSql(SqlBase):
         return erased
 
     def erasures_of(self, subject_id: uuid.UUID) -> list[Erasure]:
-        query = sa.select(erasures).where(E.subject_id == subject_id).order_by(E.at, E.id)
+        query = (
+            sa.select(erasures)
+            .where(E.tenant_id == subject_id, E.subject_id == subject_id)
+            .order_by(E.at, E.id)
+        )
         with self._read() as conn:
             return [
                 Erasure(row.id, row.subject_id, _by(row), row.at, row.erased)
                 for row in conn.execute(query)
             ]
 
-    def history_of(self, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[Change]]:
+    def history_of(
+        self, tenants: Tenants, memory_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, list[Change]]:
         found: dict[uuid.UUID, list[Change]] = {memory_id: [] for memory_id in memory_ids}
         if not memory_ids:
             return found
         query = (
             sa.select(H.memory_id, H.event, H.actor_type, H.actor_id, H.request_id, H.at)
             .add_columns(H.superseded_by)
-            .where(H.memory_id.in_(list(memory_ids)))
+            .where(in_tenants(memory_history, tenants), H.memory_id.in_(list(memory_ids)))
             .order_by(H.memory_id, H.pk)
         )
         # An export reads a history row per change of every memory: enum members by dict lookup
@@ -137,17 +162,6 @@ class RightsSql(SqlBase):
             for memory_id, event, kind, actor, request, at, successor in conn.execute(query):
                 by = ChangedBy(_ACTOR_TYPES[kind], actor, request)
                 found[memory_id].append(Change(memory_id, _EVENTS[event], by, at, successor))
-        return found
-        query = (
-            sa.select(memory_history)
-            .where(H.memory_id.in_(list(memory_ids)))
-            .order_by(H.memory_id, H.pk)
-        )
-        with self._read() as conn:
-            for row in conn.execute(query):
-                event = HistoryEvent(row.event)
-                change = Change(row.memory_id, event, _by(row), row.at, row.superseded_by)
-                found[row.memory_id].append(change)
         return found
 
     # --- retention -------------------------------------------------------------------------
@@ -190,9 +204,11 @@ class RightsSql(SqlBase):
             .join(users, users.c.id == agents.c.owner_id)
             .where(users.c.organization_id == org)
         )
+        # An organization's memories, agent-scoped ones included, are its tenant's.
         chosen = (
             sa.select(M.pk)
             .where(
+                M.tenant_id == org,
                 M.system == policy.system.value,
                 M.status.in_([Status.ACTIVE.value, Status.SUPERSEDED.value]),
                 M.inserted_at < before,
@@ -207,10 +223,10 @@ class RightsSql(SqlBase):
         with self._write() as conn:
             expired = conn.execute(
                 memories.update()
-                .where(M.pk.in_(chosen))
+                .where(M.tenant_id == org, M.pk.in_(chosen))
                 .values(status=Status.ARCHIVED.value, updated_at=now)
                 .returning(M.id, M.subject_id)
             ).all()
             event = HistoryEvent.EXPIRED
-            record(conn, (history_row(i, s, event, by, now) for i, s in expired))
+            record(conn, (history_row(org, i, s, event, by, now) for i, s in expired))
         return len(expired)

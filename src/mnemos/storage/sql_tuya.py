@@ -154,41 +154,41 @@ class TuyaSql(SqlBase):
                 if attempt == SLOT_ATTEMPTS - 1:
                     raise Conflict("Other writers keep changing these memory keys") from None
 
-    @staticmethod
     def _put_slots(
-        conn: Connection, new: Sequence[tuple[Memory, str]], now: datetime, by: ChangedBy
+        self, conn: Connection, new: Sequence[tuple[Memory, str]], now: datetime, by: ChangedBy
     ) -> None:
-        by_subject: dict[uuid.UUID | None, list[str]] = {}
+        by_subject: dict[tuple[uuid.UUID, uuid.UUID | None], list[str]] = {}
         successor = {(memory.subject_id, slot): memory.id for memory, slot in new}
         history = []
         for memory, slot in new:
-            by_subject.setdefault(memory.subject_id, []).append(slot)
-        for subject, slots in by_subject.items():
+            by_subject.setdefault((memory.tenant_id, memory.subject_id), []).append(slot)
+        for (tenant, subject), slots in by_subject.items():
             # Writers of one device take turns (PostgreSQL; SQLite has one writer anyway), so
             # each supersedes what the previous one committed instead of racing it.
             lock = sa.select(tuya_devices.c.device_id).where(tuya_devices.c.subject_id == subject)
             conn.execute(lock.with_for_update())
             gone = conn.execute(
                 memories.update()
-                .where(M.subject_id == subject, M.tuya_slot.in_(slots))
+                .where(M.tenant_id == tenant, M.subject_id == subject, M.tuya_slot.in_(slots))
                 .where(M.status == Status.ACTIVE.value)
                 .values(status=Status.SUPERSEDED.value, updated_at=now)
                 .returning(M.id, M.tuya_slot)
             ).all()
+            superseded = HistoryEvent.SUPERSEDED
             history += [
-                history_row(
-                    old, subject, HistoryEvent.SUPERSEDED, by, now, successor[(subject, slot)]
-                )
+                history_row(tenant, old, subject, superseded, by, now, successor[(subject, slot)])
                 for old, slot in gone
             ]
         rows = [{**memory_values(memory), "tuya_slot": slot} for memory, slot in new]
         conn.execute(memories.insert(), rows)
+        self._note_subjects(conn, rows)
         created = HistoryEvent.CREATED
-        history += [history_row(m.id, m.subject_id, created, by, now) for m, _ in new]
+        history += [history_row(m.tenant_id, m.id, m.subject_id, created, by, now) for m, _ in new]
         record(conn, history)
 
     def delete_tuya_memories(
         self,
+        tenant_id: uuid.UUID,
         subject_id: uuid.UUID,
         slots: Sequence[str],
         prefixes: Sequence[str],
@@ -202,15 +202,15 @@ class TuyaSql(SqlBase):
         matches += [M.tuya_slot.startswith(prefix, autoescape=True) for prefix in prefixes]
         if not matches:
             return 0
+        mine = sa.and_(M.tenant_id == tenant_id, M.subject_id == subject_id)
         chosen = (
-            sa.select(M.pk)
-            .where(M.subject_id == subject_id, M.tuya_slot.is_not(None), sa.or_(*matches))
-            .limit(batch)
+            sa.select(M.pk).where(mine, M.tuya_slot.is_not(None), sa.or_(*matches)).limit(batch)
         )
         deleted = 0
         while True:
             with self._write() as conn:
-                count = self._delete_memories(conn, M.pk.in_(chosen), by or SERVER)
+                where = sa.and_(M.tenant_id == tenant_id, M.pk.in_(chosen))
+                count = self._delete_memories(conn, where, by or SERVER)
             deleted += count
             if count < batch:
                 return deleted

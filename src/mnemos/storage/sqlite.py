@@ -29,7 +29,7 @@ from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
 from mnemos.storage.search_plan import DRIVER_POSTINGS, TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
-from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
+from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, EVERY_TENANT, driver_connection
 from mnemos.storage.watchdog import Watchdog
 
 BUSY_TIMEOUT_MS = 30_000
@@ -295,7 +295,9 @@ class SqliteStore(SqlStore):
         if now - self._stats_at > STATS_SECONDS or cached > MAX_CACHED_RANGES:
             self._pages.clear()
             self._counted.clear()
-            self._rows = int(conn.exec_driver_sql("SELECT max(pk) FROM memories").scalar() or 0)
+            # A statistic of the whole file: SQLite is one node, never sharded.
+            most = f"SELECT {EVERY_TENANT} max(pk) FROM memories"
+            self._rows = int(conn.exec_driver_sql(most).scalar() or 0)
             self._stats_at = now
         ranges = term_ranges(search)
         missing = list({span for spans in ranges for span in spans if span not in self._pages})
