@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from mnemos.storage import migrate, open_store
 from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import metadata
+from tests import tenant_filter
 from tests.pgcluster import (
     Cluster,
     postgres_bin,
@@ -41,6 +43,30 @@ from tests.pgcluster import (
     wait_for_replay,
 )
 from tests.world import World
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every engine of the run reports memory-side statements without a tenant filter."""
+    del config
+    tenant_filter.install()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when Mnemos ran a memory-side statement without its tenant
+    (`tests/tenant_filter.py`), printing each with the line that ran it."""
+    del exitstatus
+    found = tenant_filter.report()
+    if not found:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(found)} memory-side statements without a tenant filter:", *found]
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            sys.stderr.write(line + "\n")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 POSTGRES_URL = os.environ.get("MNEMOS_TEST_POSTGRES_URL", "")
 REPLICA_MODE = os.environ.get("MNEMOS_TEST_REPLICA", "")

@@ -104,7 +104,9 @@ def test_0016_fills_every_tenant_and_goes_down_and_up(backend: str, tmp_path: Pa
                 [{**h, "event": "created", "actor_type": "server", "at": now} for h in history],
             )
             conn.execute(
-                _without_tenant(idempotency_keys).insert().values(
+                _without_tenant(idempotency_keys)
+                .insert()
+                .values(
                     principal_id=member_bot,
                     key="k",
                     fingerprint="f",
@@ -113,9 +115,9 @@ def test_0016_fills_every_tenant_and_goes_down_and_up(backend: str, tmp_path: Pa
                 )
             )
             conn.execute(
-                _without_tenant(erasures).insert().values(
-                    id=uuid.uuid4(), subject_id=loner, actor_type="operator", erased=0, at=now
-                )
+                _without_tenant(erasures)
+                .insert()
+                .values(id=uuid.uuid4(), subject_id=loner, actor_type="operator", erased=0, at=now)
             )
         migrate(Settings(database_url=url))
         with engine.connect() as conn:
