@@ -138,17 +138,6 @@ class RightsSql(SqlBase):
                 by = ChangedBy(_ACTOR_TYPES[kind], actor, request)
                 found[memory_id].append(Change(memory_id, _EVENTS[event], by, at, successor))
         return found
-        query = (
-            sa.select(memory_history)
-            .where(H.memory_id.in_(list(memory_ids)))
-            .order_by(H.memory_id, H.pk)
-        )
-        with self._read() as conn:
-            for row in conn.execute(query):
-                event = HistoryEvent(row.event)
-                change = Change(row.memory_id, event, _by(row), row.at, row.superseded_by)
-                found[row.memory_id].append(change)
-        return found
 
     # --- retention -------------------------------------------------------------------------
 
