@@ -43,7 +43,8 @@ TOUCHES = re.compile(rf'\b(?:FROM|JOIN|UPDATE|INTO)\s+"?({TABLES})"?(?:\s|\(|$)'
 CONDITION = re.compile(r'tenant_id"?\s*(?:=|IN\s*\(|=\s*ANY)|=\s*"?\w+"?\."?tenant_id\b', re.I)
 SCHEMA_CHANGE = re.compile(r"^\s*(?:CREATE|ALTER|DROP|PRAGMA|COPY)\b", re.I)
 INSERT = re.compile(r"^\s*INSERT\b", re.I)
-PARAMETERS = re.compile(r"\((?:\?|%\(\w+\)s)(?:, (?:\?|%\(\w+\)s))*\)")
+ONE = r"(?:\?|%\(\w+\)s(?:::\w+)?)"
+PARAMETERS = re.compile(rf"\({ONE}(?:, {ONE})*\)")
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = str(ROOT / "src" / "mnemos") + "/"
 TESTS = (str(ROOT / "tests") + "/", str(ROOT / "bench") + "/")

@@ -178,6 +178,53 @@ def test_a_database_that_holds_data_is_refused_unless_merged(
                 assert merged.get("/api/v1/me/profile", headers=person.headers).status_code == 200
 
 
+def test_a_file_from_before_tenants_gets_them_on_import(
+    client: TestClient, world: World, database_url: str, tmp_path: Path
+) -> None:
+    """A file written before revision 0016 (no `tenant_id`, no `subject_tenants`) imports, each
+    row getting the tenant the migration would have given it: every answer is the same."""
+    people, agents, _ = build(client, world)
+    cursors: dict[str, str] = {}
+    expected = answers(client, people, agents, cursors)
+    export = dump(database_url)
+    lines = export.splitlines()
+    header = orjson.loads(lines[0]) | {"revision": "0015_pages"}
+    old = [orjson.dumps(header)]
+    for line in lines[1:-1]:
+        record = orjson.loads(line)
+        if record["t"] == "subject_tenants":
+            continue
+        record["r"].pop("tenant_id", None)
+        old.append(orjson.dumps(record))
+    assert b"tenant_id" not in b"\n".join(old)
+    before = _only(b"\n".join([*old, lines[-1]]) + b"\n", lambda _: True)
+    for merge in (False, True):
+        with fresh("sqlite" if merge else "postgresql" if POSTGRES_URL else "sqlite",
+                   tmp_path / f"old-{merge}") as there:  # fmt: skip
+            import_database(there, [*io.BytesIO(before)], merge=merge)
+            with client_on(there) as moved:
+                assert answers(moved, people, agents, cursors) == expected
+            if not merge:
+                assert rows_of(dump(there)) == rows_of(export)
+            else:  # the target numbers memories and history itself: their tenants are kept
+                assert _tenants(dump(there)) == _tenants(export)
+
+
+def _tenants(export: bytes) -> dict[tuple[Any, ...], Any]:
+    """The tenant of each memory, history row and erasure of an export, by its natural key, and
+    which tenants hold memories about whom."""
+    found: dict[tuple[Any, ...], Any] = {}
+    for line in export.splitlines()[1:-1]:
+        record = orjson.loads(line)
+        row = record["r"]
+        if record["t"] == "subject_tenants":
+            found[(record["t"], row["subject_id"], row["tenant_id"])] = True
+        elif "tenant_id" in row:
+            key = row["id"] if "id" in row else (row["memory_id"], row["event"], row["at"])
+            found[(record["t"], key)] = row["tenant_id"]
+    return found
+
+
 def _only(export: bytes, keep: Callable[[bytes], bool]) -> bytes:
     """The export with only the rows `keep` keeps, and a trailer that counts them."""
     lines = export.splitlines()

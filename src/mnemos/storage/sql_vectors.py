@@ -40,7 +40,7 @@ from mnemos.storage.schema import (
     vector_queue,
     vector_tail,
 )
-from mnemos.storage.sql_base import SqlBase
+from mnemos.storage.sql_base import EVERY_TENANT, SqlBase
 from mnemos.storage.vector_codes import (
     best,
     closest,
@@ -75,7 +75,11 @@ def owner_key(prefix: str, owner: uuid.UUID) -> str:
 
 
 class VectorsSql(SqlBase):
-    """The `VectorStore` port over SQL (both backends: blobs, no extension)."""
+    """The `VectorStore` port over SQL (both backends: blobs, no extension).
+
+    The embedding worker, a reindex and the compaction sweep serve every tenant: their reads of
+    `memories` are marked `EVERY_TENANT` (the vector tables carry no tenant yet: docs/deploying.md,
+    "Sharding by tenant"). A search reads its candidates through the query's audiences."""
 
     @abc.abstractmethod
     def _checked(
@@ -109,9 +113,9 @@ class VectorsSql(SqlBase):
             )
         if not claimed:
             return []
+        claimed_rows = sa.select(M.id, M.content).prefix_with(EVERY_TENANT).where(M.pk.in_(claimed))
         with self._read() as conn:
-            rows = conn.execute(sa.select(M.id, M.content).where(M.pk.in_(claimed)))
-            return [(row[0], row[1]) for row in rows]
+            return [(row[0], row[1]) for row in conn.execute(claimed_rows)]
 
     def vector_backlog(self) -> int:
         with self._read() as conn:
@@ -127,13 +131,19 @@ class VectorsSql(SqlBase):
             with self._read() as conn:
                 keys = list(
                     conn.execute(
-                        sa.select(M.pk).where(M.pk > after).order_by(M.pk).limit(batch)
+                        sa.select(M.pk)
+                        .prefix_with(EVERY_TENANT)
+                        .where(M.pk > after)
+                        .order_by(M.pk)
+                        .limit(batch)
                     ).scalars()
                 )
             if not keys:
                 break
-            pending = sa.select(M.pk).where(
-                M.pk > after, M.pk <= keys[-1], ~sa.exists(embedded), ~sa.exists(queued)
+            pending = (
+                sa.select(M.pk)
+                .prefix_with(EVERY_TENANT)
+                .where(M.pk > after, M.pk <= keys[-1], ~sa.exists(embedded), ~sa.exists(queued))
             )
             with self._write() as conn:
                 inserted = conn.execute(
@@ -159,6 +169,7 @@ class VectorsSql(SqlBase):
             # Lock the memories against a concurrent delete (PostgreSQL; SQLite has one writer).
             found = conn.execute(
                 sa.select(M.pk, M.id, *owners)
+                .prefix_with(EVERY_TENANT)
                 .where(M.id.in_(list(ids)))
                 .with_for_update(key_share=True)
             ).all()

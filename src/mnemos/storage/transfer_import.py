@@ -18,7 +18,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
-from mnemos.storage.schema import metadata
+from mnemos.domain.tenants import UNKNOWN
+from mnemos.storage.schema import MEMORY_SIDE, metadata
 from mnemos.storage.transfer import (
     BATCH_ROWS,
     MERGE_KEYS,
@@ -198,6 +199,8 @@ def _load(
     first = 0
     size = BATCH_ROWS if loader is None else BULK_BATCH_ROWS
     for number, name, row in _records(stream, progress):
+        if name in MEMORY_SIDE and "tenant_id" not in row:  # a file from before revision 0016
+            row["tenant_id"] = UNNAMED
         if name != current or len(batch) >= size:
             if current is not None:
                 _flush(conn, targets[current], batch, first, summary, loader)
@@ -258,8 +261,47 @@ def _not_held(
     return [row for row in rows if tuple(row[name] for name in natural) not in held]
 
 
+UNNAMED = str(UNKNOWN)
+"""The tenant a row of a file written before tenants (revision 0016) is loaded with, until
+`_name_tenants` names the right one."""
+_AGENT_TENANT = (
+    "(SELECT COALESCE(u.organization_id, u.id) FROM agents a JOIN users u ON u.id = a.owner_id "
+    "WHERE a.id = {agent})"
+)
+TENANTS_OF_OLD_ROWS = (
+    "UPDATE memories SET tenant_id = COALESCE(organization_id, "
+    + _AGENT_TENANT.format(agent="memories.source_agent_id")
+    + ", :unknown) WHERE tenant_id = :unknown",
+    "UPDATE memory_history SET tenant_id = COALESCE((SELECT m.tenant_id FROM memories m "
+    "WHERE m.id = memory_history.memory_id), :unknown) WHERE tenant_id = :unknown",
+    "UPDATE erasures SET tenant_id = subject_id WHERE tenant_id = :unknown",
+)
+"""The rule of `domain/tenants.py` in SQL, as migration 0016 applies it to rows that held no
+tenant (idempotency keys are never exported)."""
+SUBJECT_TENANTS = (
+    "INSERT INTO subject_tenants (subject_id, tenant_id) SELECT subject_id, tenant_id FROM "
+    "(SELECT subject_id, tenant_id FROM memories WHERE subject_id IS NOT NULL UNION "
+    "SELECT subject_id, tenant_id FROM memory_history WHERE subject_id IS NOT NULL) found "
+    "WHERE NOT EXISTS (SELECT 1 FROM subject_tenants t WHERE t.subject_id = found.subject_id "
+    "AND t.tenant_id = found.tenant_id)"
+)
+"""Which tenants hold memories about whom, for what the file brought (a file from before
+revision 0016 carries no `subject_tenants`)."""
+
+
+def _name_tenants(conn: Connection) -> None:
+    unknown = sa.bindparam("unknown", UNKNOWN, type_=sa.Uuid())
+    for statement in TENANTS_OF_OLD_ROWS:
+        conn.execute(sa.text(statement).bindparams(unknown))
+    conn.execute(sa.text(SUBJECT_TENANTS))
+
+
 def _after_import(conn: Connection, targets: Iterable[_Target]) -> None:
-    """PostgreSQL: move each serial key's sequence past the rows the file brought."""
+    """The tenants of rows from a file written before them; on PostgreSQL, each serial key's
+    sequence moved past the rows the file brought."""
+    targets = list(targets)
+    if any(target.table.name in MEMORY_SIDE for target in targets):
+        _name_tenants(conn)
     if conn.dialect.name != "postgresql":
         return
     for target in targets:
