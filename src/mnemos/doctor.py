@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection, make_url
 from mnemos.config import Settings, load_settings
 from mnemos.domain.tuya_auth import MAX_SKEW_MS
 from mnemos.storage import alembic_config, backend
+from mnemos.storage.sql_base import EVERY_TENANT
 
 Level = Literal["ok", "warn", "problem"]
 CLOCK_TOLERANCE_S = MAX_SKEW_MS / 1000 / 10  # a tenth of the Tuya window: 30 s
@@ -105,7 +106,9 @@ def _migrations(conn: Connection) -> Finding:
 
 
 def _search_index(conn: Connection) -> Finding:
-    memories = conn.execute(sa.text("SELECT count(*) FROM memories")).scalar_one()
+    # The operator's check of the whole database: every tenant's.
+    every = f"SELECT {EVERY_TENANT} count(*) FROM memories"
+    memories = conn.execute(sa.text(every)).scalar_one()
     if conn.dialect.name == "sqlite":
         conn.exec_driver_sql("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')")
         indexed = conn.execute(sa.text("SELECT count(*) FROM memories_fts_docsize")).scalar_one()
