@@ -183,6 +183,9 @@ memories = sa.Table(
     sa.Column("tenant_id", sa.Uuid(), nullable=False),
     sa.PrimaryKeyConstraint("tenant_id", "pk"),
     sa.UniqueConstraint("tenant_id", "id"),
+    # By id alone (PostgreSQL; SQLite's unique index on it stays): a person's GET reaches
+    # their tenants and those holding memories about them, and `memory_exists` every tenant.
+    sa.Index("ix_memories_id", "id"),
     sa.Index("ix_memories_agent_order", "source_agent_id", "inserted_at", "id"),
     sa.Index("ix_memories_org_order", "organization_id", "scope", "inserted_at", "id"),
     sa.Index("ix_memories_subject_scope_order", "subject_id", "scope", "inserted_at", "id"),

@@ -104,6 +104,7 @@ def upgrade() -> None:
             op.create_primary_key(f"pk_{table}", table, after)
         op.drop_constraint("uq_memories_id", "memories", type_="unique")
         op.create_unique_constraint("uq_memories_tenant_id_id", "memories", ["tenant_id", "id"])
+        op.create_index("ix_memories_id", "memories", ["id"])  # reads by id across tenants
         return
     # SQLite: NOT NULL by a table rebuild where nothing hangs on the table, by a trigger on
     # `memories`; the keys with the tenant as unique indexes.
@@ -122,6 +123,7 @@ def downgrade() -> None:
     postgres = bind.dialect.name == "postgresql"
     op.drop_index("uq_memories_tuya_slot_active", "memories")
     if postgres:
+        op.drop_index("ix_memories_id", "memories", if_exists=True)
         op.drop_constraint("uq_memories_tenant_id_id", "memories", type_="unique")
         op.create_unique_constraint("uq_memories_id", "memories", ["id"])
         for table, (before, _) in KEYS.items():
