@@ -63,9 +63,10 @@ def test_doctor_reports_each_problem(database_url: str) -> None:
         if engine.dialect.name == "sqlite":  # an index that lost an entry
             conn.exec_driver_sql(
                 "INSERT INTO memories (id, content, search_text, system, type, segment, scope, "
-                "metadata, status, inserted_at, updated_at) VALUES "
+                "metadata, status, inserted_at, updated_at, tenant_id) VALUES "
                 f"('{uuid.uuid4().hex}', 'x', 'x', 'long_term', 'semantic', 'user', 'agent', "
-                "'{}', 'active', '2026-12-01 00:00:00', '2026-12-01 00:00:00')"
+                f"'{{}}', 'active', '2026-12-01 00:00:00', '2026-12-01 00:00:00', "
+                f"'{uuid.uuid4().hex}')"
             )
             conn.exec_driver_sql("DELETE FROM memories_fts_docsize")
         else:  # the suite's PostgreSQL database is shared: put the index back after

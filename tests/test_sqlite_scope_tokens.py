@@ -9,6 +9,8 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from mnemos.config import Settings
 from mnemos.domain.ids import utcnow, uuid7
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
@@ -17,6 +19,7 @@ from mnemos.storage import migrate
 from mnemos.storage.rows import memory_values
 from mnemos.storage.schema import memories
 from mnemos.storage.sqlite import SCOPE_TOKENS, SqliteStore, scope_token, scope_tokens_sql
+from tests.test_migration_tuya import _without_tenant
 
 
 def owned_memory() -> Memory:
@@ -48,7 +51,10 @@ def insert(url: str, memory: Memory) -> None:
     store = SqliteStore(url)
     try:
         with store._write() as conn:
-            conn.execute(memories.insert().values(**memory_values(memory)))
+            known = {column["name"] for column in sa.inspect(conn).get_columns("memories")}
+            row = {k: v for k, v in memory_values(memory).items() if k in known}
+            table = memories if "tenant_id" in known else _without_tenant(memories)
+            conn.execute(table.insert().values(**row))
     finally:
         store.close()
 

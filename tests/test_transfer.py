@@ -429,7 +429,7 @@ BAD_VALUES = [
     ("organizations", "name", None),
     ("organizations", "name", 5),
     ("memories", "content", ["a list"]),
-    ("memories", "id", "duplicate"),  # the id of another memory
+    ("memories", "id", "duplicate"),  # the id of another memory of the same tenant
     ("memories", "organization_id", 12),
 ]
 
@@ -449,8 +449,9 @@ def test_a_bad_value_is_refused_and_leaves_nothing(
     lines = export.splitlines()
     rows = [orjson.loads(line) for line in lines[1:-1]]
     mine = [row for row in rows if row["t"] == table]
-    if value == "duplicate":
+    if value == "duplicate":  # keys are unique per tenant (memories.id: one tenant's)
         value = mine[0]["r"][column]
+        mine[-1]["r"]["tenant_id"] = mine[0]["r"]["tenant_id"]
     mine[-1]["r"][column] = value
     bad = b"\n".join([lines[0], *map(orjson.dumps, rows), lines[-1]]) + b"\n"
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
