@@ -59,7 +59,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not found:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    lines = [f"{len(found)} memory-side statements without a tenant filter:", *found]
+    lines = ["", f"{len(found)} memory-side statements without a tenant filter:", *found]
     for line in lines:
         if reporter is not None:
             reporter.write_line(line, red=True)
