@@ -419,3 +419,19 @@ def test_a_bad_value_is_refused_and_leaves_nothing(
                 assert conn.execute(sa.text(f"SELECT count(*) FROM {name}")).scalar() == 0, name
         engine.dispose()
         import_database(target, [*io.BytesIO(export)])  # the good file still goes in whole
+
+
+@pytest.mark.parametrize(
+    "line", [b"[]", b"5", b'"text"', b"null", b'{"t":"organizations","r":{}}', b'{"t":"x","r":[]}']
+)
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_line_that_is_not_a_row_is_refused(
+    database_url: str, tmp_path: Path, line: bytes, merge: bool
+) -> None:
+    header = orjson.dumps({"format": "mnemos-export", "version": FORMAT_VERSION}) + b"\n"
+    trailer = b'{"end":true,"rows":{"organizations":1}}\n'
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "lines") as target:
+        with pytest.raises(TransferError, match="Line 2 is not a row record") as refused:
+            import_database(target, [header, line + b"\n", trailer], merge=merge)
+        assert refused.value.details == {"line": 2}

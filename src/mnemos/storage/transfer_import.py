@@ -106,7 +106,8 @@ def _records(
     lines: Iterable[bytes], progress: Progress
 ) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(line number, table, row) for every row line, until the trailer, whose counts must
-    match."""
+    match. A line that is not an object, or a row with no columns, is refused here, before
+    either way of loading sees it."""
     counted: dict[str, int] = {}
     unreported = 0
     for number, line in enumerate(lines, start=2):
@@ -121,6 +122,8 @@ def _records(
                 f"Line {number} is not JSON: the file is cut short or damaged; nothing imported",
                 {"line": number},
             ) from None
+        if not isinstance(record, dict):
+            raise TransferError(f"Line {number} is not a row record", {"line": number})
         if record.get("end") is True:
             progress(unreported)
             expected = record.get("rows")
@@ -131,7 +134,7 @@ def _records(
                 )
             return
         table, row = record.get("t"), record.get("r")
-        if not isinstance(table, str) or not isinstance(row, dict):
+        if not isinstance(table, str) or not isinstance(row, dict) or not row:
             raise TransferError(f"Line {number} is not a row record", {"line": number})
         counted[table] = counted.get(table, 0) + 1
         yield number, table, row
