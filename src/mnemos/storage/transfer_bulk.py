@@ -265,7 +265,7 @@ class Loader:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.dialect = conn.dialect
-        self.errors = _bad_data_errors(conn)
+        self.errors = bad_data_errors(conn)
 
     def write(self, table: sa.Table, rows: list[dict[str, Any]], first_line: int) -> None:
         if not rows:
@@ -288,7 +288,7 @@ class Loader:
             raise refusal(exc, table.name, first_line) from None
 
 
-def _bad_data_errors(conn: Connection) -> tuple[type[Exception], ...]:
+def bad_data_errors(conn: Connection) -> tuple[type[Exception], ...]:
     """The driver's errors that mean the rows, not the database, are at fault (PEP 249 names,
     and SQLAlchemy's wrappers of them)."""
     dbapi = conn.dialect.loaded_dbapi
@@ -325,7 +325,7 @@ def bulk_load(conn: Connection, tables: list[str]) -> Iterator[Loader]:
     else:
         restore = _sqlite_aside(conn)
     yield Loader(conn)
-    errors = _bad_data_errors(conn)
+    errors = bad_data_errors(conn)
     for statement in restore:
         try:
             conn.exec_driver_sql(statement)

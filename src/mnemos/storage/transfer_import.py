@@ -34,7 +34,7 @@ from mnemos.storage.transfer import (
     nothing,
 )
 from mnemos.storage.transfer_bulk import BATCH_ROWS as BULK_BATCH_ROWS
-from mnemos.storage.transfer_bulk import Loader, bulk_load
+from mnemos.storage.transfer_bulk import Loader, bad_data_errors, bulk_load, refusal, tuples
 
 
 def occupied_tables(conn: Connection) -> list[str]:
@@ -238,10 +238,16 @@ def _flush(
             f"Table {name!r} in the file has columns this Mnemos does not know: upgrade Mnemos",
             {"table": name, "columns": sorted(unknown)},
         )
+    # The values are checked as the fast path checks them (the same refusals, naming the line),
+    # and what the database refuses is the import's refusal too.
+    tuples(target.table, batch, first_line, conn.dialect)
     before = _count(conn, target.table)
     rows = _not_held(conn, target.table, target.rows(batch))
     if rows:
-        conn.execute(target.statement, rows)
+        try:
+            conn.execute(target.statement, rows)
+        except bad_data_errors(conn) as exc:
+            raise refusal(exc, name) from None
     written = _count(conn, target.table) - before
     summary.skipped[name] = summary.skipped.get(name, 0) + len(batch) - written
     summary.rows[name] = summary.rows.get(name, 0) + written
