@@ -384,6 +384,9 @@ BAD_VALUES = [
     ("memories", "content", ["a list"]),
     ("memories", "id", "duplicate"),  # the id of another memory
     ("memories", "organization_id", 12),
+    ("memories", "status", "bogus"),  # every list that holds it would answer 500
+    ("memories", "scope", "universe"),
+    ("memory_history", "event", "exploded"),  # the memory's history would answer 500
 ]
 
 

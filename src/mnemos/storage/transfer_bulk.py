@@ -23,11 +23,13 @@ refused with `TransferError`, naming the line when it can.
 from __future__ import annotations
 
 import re
+import typing
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from enum import StrEnum
 from operator import itemgetter
 from typing import Any
 
@@ -35,6 +37,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
+from mnemos.domain.models import ActorType, HistoryEvent, Memory
 from mnemos.storage.schema import UTCDateTime
 from mnemos.storage.sql_base import driver_connection
 from mnemos.storage.sqlite import INDEX_REFILL_SQL, INDEX_TRIGGER
@@ -65,6 +68,23 @@ ACCEPTED: dict[type | None, frozenset[type]] = {
 """The JSON value types a column of each Python type takes as it is (`transfer.python_type`);
 null is left to the database's NOT NULL."""
 
+
+def _values(kind: type[StrEnum]) -> frozenset[str]:
+    return frozenset(member.value for member in kind)
+
+
+MEMBERS: dict[tuple[str, str], frozenset[str]] = {
+    **{
+        ("memories", name): _values(kind)
+        for name, kind in typing.get_type_hints(Memory).items()
+        if isinstance(kind, type) and issubclass(kind, StrEnum)
+    },
+    ("memory_history", "event"): _values(HistoryEvent),
+    ("memory_history", "actor_type"): _values(ActorType),
+}
+"""Text columns that hold one of an enum's values: any other value would make every read of
+the row fail (a list holding such a memory answers 500), so an import refuses it."""
+
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00"
 UUID_TEXT, UTC_TEXT = re.compile(UUID).fullmatch, re.compile(UTC).fullmatch
@@ -83,6 +103,9 @@ def converter(column: sa.Column[Any], dialect: Dialect) -> Step | None:
     UUIDs and times in the exporter's spelling take a shortcut; every other value goes through
     the column's decoder and then SQLAlchemy's own bind processor for `dialect`, as a row-by-row
     insert would. Raises ValueError or TypeError on a value that is not of the column's type."""
+    members = MEMBERS.get((column.table.name, column.name))
+    if members is not None:
+        return _member_step(members)
     general = _compose(decoder(column), column.type.dialect_impl(dialect).bind_processor(dialect))
     if isinstance(column.type, sa.Uuid):
         return _uuid_step(dialect.name, general)
@@ -91,6 +114,18 @@ def converter(column: sa.Column[Any], dialect: Dialect) -> Step | None:
     if isinstance(column.type, sa.JSON):
         return _json_step(column.type)
     return general
+
+
+def _member_step(members: frozenset[str]) -> Step:
+    """An enum's value as it is (null is left to the database's NOT NULL); anything else is
+    refused."""
+
+    def member(value: Any) -> Any:
+        if value is not None and (type(value) is not str or value not in members):
+            raise ValueError(value)
+        return value
+
+    return member
 
 
 def _json_step(kind: sa.JSON) -> Step:
@@ -149,8 +184,13 @@ def _compose(first: Step | None, then: Step | None) -> Step | None:
 
 def column_shortcut(column: sa.Column[Any], backend: str) -> ColumnStep | None:
     """For a UUID or time column, the conversion of a whole batch's column at once, in C: the
-    values joined, checked by one regular expression and (on SQLite) rewritten by `str.replace`.
-    It returns None when a value is spelled otherwise, and then `converter` takes each value."""
+    values joined, checked by one regular expression and (on SQLite) rewritten by `str.replace`;
+    for an enum's column (`MEMBERS`), one set check. It returns None when a value is spelled
+    otherwise, and then `converter` takes each value."""
+    members = MEMBERS.get((column.table.name, column.name))
+    if members is not None:  # a whole column of an enum's values at once (else `_member_step`)
+        allowed = frozenset({*members, None})
+        return lambda values: values if allowed.issuperset(values) else None
     rewrite: tuple[tuple[str, str], ...]
     if isinstance(column.type, sa.Uuid):
         run, width, rewrite = UUID_RUN, 36, (("-", ""),)
