@@ -378,6 +378,10 @@ BAD_VALUES = [
     ("organizations", "id", "not-a-uuid"),
     ("organizations", "inserted_at", "2026-13-01T00:00:00.000000+00:00"),
     ("organizations", "inserted_at", "yesterday"),
+    ("organizations", "inserted_at", "2026-11-01T00:00:00.000000"),  # no offset: local time?
+    ("memories", "inserted_at", "2026-11-01T00:00:00"),
+    ("memories", "metadata", ["not", "an", "object"]),
+    ("memories", "metadata", None),
     ("organizations", "memory_enabled", "yes"),
     ("organizations", "name", None),
     ("organizations", "name", 5),

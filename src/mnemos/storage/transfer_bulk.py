@@ -130,11 +130,18 @@ def _member_step(members: frozenset[str]) -> Step:
 
 def _json_step(kind: sa.JSON) -> Step:
     """JSON text by orjson, several times faster than the `json.dumps` SQLAlchemy calls (the
-    text is compact, the value the same; orjson read it, so it can write it)."""
+    text is compact, the value the same; orjson read it, so it can write it). Every JSON column
+    of the schema holds an object (a memory's `metadata`): anything else is refused."""
     dumps = orjson.dumps
-    if kind.none_as_null:
-        return lambda value: None if value is None else dumps(value).decode()
-    return lambda value: dumps(value).decode()  # None is JSON null, as SQLAlchemy writes it
+
+    def text(value: Any) -> Any:
+        if value is None and kind.none_as_null:
+            return None
+        if not isinstance(value, dict):
+            raise TypeError("not a JSON object")
+        return dumps(value).decode()
+
+    return text
 
 
 def _uuid_step(backend: str, general: Step | None) -> Step:
