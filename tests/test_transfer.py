@@ -425,12 +425,19 @@ BAD_VALUES = [
     ("organizations", "id", "not-a-uuid"),
     ("organizations", "inserted_at", "2026-13-01T00:00:00.000000+00:00"),
     ("organizations", "inserted_at", "yesterday"),
+    ("organizations", "inserted_at", "2026-11-01T00:00:00.000000"),  # no offset: local time?
+    ("memories", "inserted_at", "2026-11-01T00:00:00"),
+    ("memories", "metadata", ["not", "an", "object"]),
+    ("memories", "metadata", None),
     ("organizations", "memory_enabled", "yes"),
     ("organizations", "name", None),
     ("organizations", "name", 5),
     ("memories", "content", ["a list"]),
     ("memories", "id", "duplicate"),  # the id of another memory of the same tenant
     ("memories", "organization_id", 12),
+    ("memories", "status", "bogus"),  # every list that holds it would answer 500
+    ("memories", "scope", "universe"),
+    ("memory_history", "event", "exploded"),  # the memory's history would answer 500
 ]
 
 
@@ -467,3 +474,60 @@ def test_a_bad_value_is_refused_and_leaves_nothing(
                 assert conn.execute(sa.text(f"SELECT count(*) FROM {name}")).scalar() == 0, name
         engine.dispose()
         import_database(target, [*io.BytesIO(export)])  # the good file still goes in whole
+
+
+@pytest.mark.parametrize(
+    "line", [b"[]", b"5", b'"text"', b"null", b'{"t":"organizations","r":{}}', b'{"t":"x","r":[]}']
+)
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_line_that_is_not_a_row_is_refused(
+    database_url: str, tmp_path: Path, line: bytes, merge: bool
+) -> None:
+    header = orjson.dumps({"format": "mnemos-export", "version": FORMAT_VERSION}) + b"\n"
+    trailer = b'{"end":true,"rows":{"organizations":1}}\n'
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "lines") as target:
+        with pytest.raises(TransferError, match="Line 2 is not a row record") as refused:
+            import_database(target, [header, line + b"\n", trailer], merge=merge)
+        assert refused.value.details == {"line": 2}
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value"), [bad for bad in BAD_VALUES if bad[2] != "duplicate"]
+)
+def test_a_bad_value_is_refused_by_a_merge_too(
+    client: TestClient,
+    world: World,
+    database_url: str,
+    tmp_path: Path,
+    table: str,
+    column: str,
+    value: Any,
+) -> None:
+    """--merge refuses what an import into an empty database refuses (a key twice aside: a
+    merge skips it), as `transfer_refused` naming the line or the database's reason."""
+    build(client, world)
+    lines = dump(database_url).splitlines()
+    rows = [orjson.loads(line) for line in lines[1:-1]]
+    [row for row in rows if row["t"] == table][-1]["r"][column] = value
+    bad = b"\n".join([lines[0], *map(orjson.dumps, rows), lines[-1]]) + b"\n"
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "merge") as target:
+        with client_on(target) as other:
+            World(other.app.state.services.store).user("Someone", "elsewhere")
+        before = _counts(target)
+        with pytest.raises(TransferError, match="nothing imported") as refused:
+            import_database(target, [*io.BytesIO(bad)], merge=True)
+        assert refused.value.code == "transfer_refused"
+        assert _counts(target) == before
+
+
+def _counts(url: str) -> dict[str, int]:
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        counts = {
+            name: int(conn.execute(sa.text(f"SELECT count(*) FROM {name}")).scalar_one())
+            for name in ("organizations", "users", "agents", "memories", "memory_history")
+        }
+    engine.dispose()
+    return counts

@@ -146,10 +146,17 @@ def decoder(column: sa.Column[Any]) -> Callable[[Any], Any] | None:
     if kind is uuid.UUID:
         return lambda value: None if value is None else uuid.UUID(value)
     if kind is datetime:
-        return lambda value: None if value is None else datetime.fromisoformat(value)
+        return lambda value: None if value is None else _aware(datetime.fromisoformat(value))
     if kind is bytes:
         return lambda value: None if value is None else base64.b64decode(value)
     return None
+
+
+def _aware(moment: datetime) -> datetime:
+    """A time with its offset; one without would be read as the importing machine's local time."""
+    if moment.tzinfo is None:
+        raise ValueError("a time without a UTC offset")
+    return moment
 
 
 # --- export ----------------------------------------------------------------------------------

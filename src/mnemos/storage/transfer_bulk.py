@@ -23,11 +23,13 @@ refused with `TransferError`, naming the line when it can.
 from __future__ import annotations
 
 import re
+import typing
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from enum import StrEnum
 from operator import itemgetter
 from typing import Any
 
@@ -35,6 +37,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
+from mnemos.domain.models import ActorType, HistoryEvent, Memory
 from mnemos.storage.schema import UTCDateTime
 from mnemos.storage.sql_base import driver_connection
 from mnemos.storage.sqlite import INDEX_REFILL_SQL, INDEX_TRIGGER
@@ -65,6 +68,23 @@ ACCEPTED: dict[type | None, frozenset[type]] = {
 """The JSON value types a column of each Python type takes as it is (`transfer.python_type`);
 null is left to the database's NOT NULL."""
 
+
+def _values(kind: type[StrEnum]) -> frozenset[str]:
+    return frozenset(member.value for member in kind)
+
+
+MEMBERS: dict[tuple[str, str], frozenset[str]] = {
+    **{
+        ("memories", name): _values(kind)
+        for name, kind in typing.get_type_hints(Memory).items()
+        if isinstance(kind, type) and issubclass(kind, StrEnum)
+    },
+    ("memory_history", "event"): _values(HistoryEvent),
+    ("memory_history", "actor_type"): _values(ActorType),
+}
+"""Text columns that hold one of an enum's values: any other value would make every read of
+the row fail (a list holding such a memory answers 500), so an import refuses it."""
+
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00"
 UUID_TEXT, UTC_TEXT = re.compile(UUID).fullmatch, re.compile(UTC).fullmatch
@@ -83,6 +103,9 @@ def converter(column: sa.Column[Any], dialect: Dialect) -> Step | None:
     UUIDs and times in the exporter's spelling take a shortcut; every other value goes through
     the column's decoder and then SQLAlchemy's own bind processor for `dialect`, as a row-by-row
     insert would. Raises ValueError or TypeError on a value that is not of the column's type."""
+    members = MEMBERS.get((column.table.name, column.name))
+    if members is not None:
+        return _member_step(members)
     general = _compose(decoder(column), column.type.dialect_impl(dialect).bind_processor(dialect))
     if isinstance(column.type, sa.Uuid):
         return _uuid_step(dialect.name, general)
@@ -93,13 +116,32 @@ def converter(column: sa.Column[Any], dialect: Dialect) -> Step | None:
     return general
 
 
+def _member_step(members: frozenset[str]) -> Step:
+    """An enum's value as it is (null is left to the database's NOT NULL); anything else is
+    refused."""
+
+    def member(value: Any) -> Any:
+        if value is not None and (type(value) is not str or value not in members):
+            raise ValueError(value)
+        return value
+
+    return member
+
+
 def _json_step(kind: sa.JSON) -> Step:
     """JSON text by orjson, several times faster than the `json.dumps` SQLAlchemy calls (the
-    text is compact, the value the same; orjson read it, so it can write it)."""
+    text is compact, the value the same; orjson read it, so it can write it). Every JSON column
+    of the schema holds an object (a memory's `metadata`): anything else is refused."""
     dumps = orjson.dumps
-    if kind.none_as_null:
-        return lambda value: None if value is None else dumps(value).decode()
-    return lambda value: dumps(value).decode()  # None is JSON null, as SQLAlchemy writes it
+
+    def text(value: Any) -> Any:
+        if value is None and kind.none_as_null:
+            return None
+        if not isinstance(value, dict):
+            raise TypeError("not a JSON object")
+        return dumps(value).decode()
+
+    return text
 
 
 def _uuid_step(backend: str, general: Step | None) -> Step:
@@ -149,8 +191,13 @@ def _compose(first: Step | None, then: Step | None) -> Step | None:
 
 def column_shortcut(column: sa.Column[Any], backend: str) -> ColumnStep | None:
     """For a UUID or time column, the conversion of a whole batch's column at once, in C: the
-    values joined, checked by one regular expression and (on SQLite) rewritten by `str.replace`.
-    It returns None when a value is spelled otherwise, and then `converter` takes each value."""
+    values joined, checked by one regular expression and (on SQLite) rewritten by `str.replace`;
+    for an enum's column (`MEMBERS`), one set check. It returns None when a value is spelled
+    otherwise, and then `converter` takes each value."""
+    members = MEMBERS.get((column.table.name, column.name))
+    if members is not None:  # a whole column of an enum's values at once (else `_member_step`)
+        allowed = frozenset({*members, None})
+        return lambda values: values if allowed.issuperset(values) else None
     rewrite: tuple[tuple[str, str], ...]
     if isinstance(column.type, sa.Uuid):
         run, width, rewrite = UUID_RUN, 36, (("-", ""),)
@@ -265,7 +312,7 @@ class Loader:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.dialect = conn.dialect
-        self.errors = _bad_data_errors(conn)
+        self.errors = bad_data_errors(conn)
 
     def write(self, table: sa.Table, rows: list[dict[str, Any]], first_line: int) -> None:
         if not rows:
@@ -288,7 +335,7 @@ class Loader:
             raise refusal(exc, table.name, first_line) from None
 
 
-def _bad_data_errors(conn: Connection) -> tuple[type[Exception], ...]:
+def bad_data_errors(conn: Connection) -> tuple[type[Exception], ...]:
     """The driver's errors that mean the rows, not the database, are at fault (PEP 249 names,
     and SQLAlchemy's wrappers of them)."""
     dbapi = conn.dialect.loaded_dbapi
@@ -325,7 +372,7 @@ def bulk_load(conn: Connection, tables: list[str]) -> Iterator[Loader]:
     else:
         restore = _sqlite_aside(conn)
     yield Loader(conn)
-    errors = _bad_data_errors(conn)
+    errors = bad_data_errors(conn)
     for statement in restore:
         try:
             conn.exec_driver_sql(statement)

@@ -35,7 +35,7 @@ from mnemos.storage.transfer import (
     nothing,
 )
 from mnemos.storage.transfer_bulk import BATCH_ROWS as BULK_BATCH_ROWS
-from mnemos.storage.transfer_bulk import Loader, bulk_load
+from mnemos.storage.transfer_bulk import Loader, bad_data_errors, bulk_load, refusal, tuples
 
 
 def occupied_tables(conn: Connection) -> list[str]:
@@ -107,7 +107,8 @@ def _records(
     lines: Iterable[bytes], progress: Progress
 ) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(line number, table, row) for every row line, until the trailer, whose counts must
-    match."""
+    match. A line that is not an object, or a row with no columns, is refused here, before
+    either way of loading sees it."""
     counted: dict[str, int] = {}
     unreported = 0
     for number, line in enumerate(lines, start=2):
@@ -122,6 +123,8 @@ def _records(
                 f"Line {number} is not JSON: the file is cut short or damaged; nothing imported",
                 {"line": number},
             ) from None
+        if not isinstance(record, dict):
+            raise TransferError(f"Line {number} is not a row record", {"line": number})
         if record.get("end") is True:
             progress(unreported)
             expected = record.get("rows")
@@ -132,7 +135,7 @@ def _records(
                 )
             return
         table, row = record.get("t"), record.get("r")
-        if not isinstance(table, str) or not isinstance(row, dict):
+        if not isinstance(table, str) or not isinstance(row, dict) or not row:
             raise TransferError(f"Line {number} is not a row record", {"line": number})
         counted[table] = counted.get(table, 0) + 1
         yield number, table, row
@@ -238,10 +241,16 @@ def _flush(
             f"Table {name!r} in the file has columns this Mnemos does not know: upgrade Mnemos",
             {"table": name, "columns": sorted(unknown)},
         )
+    # The values are checked as the fast path checks them (the same refusals, naming the line),
+    # and what the database refuses is the import's refusal too.
+    tuples(target.table, batch, first_line, conn.dialect)
     before = _count(conn, target.table)
     rows = _not_held(conn, target.table, target.rows(batch))
     if rows:
-        conn.execute(target.statement, rows)
+        try:
+            conn.execute(target.statement, rows)
+        except bad_data_errors(conn) as exc:
+            raise refusal(exc, name) from None
     written = _count(conn, target.table) - before
     summary.skipped[name] = summary.skipped.get(name, 0) + len(batch) - written
     summary.rows[name] = summary.rows.get(name, 0) + written
