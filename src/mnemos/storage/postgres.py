@@ -303,5 +303,10 @@ class PostgresStore(SqlStore):
         # seconds to plan.
         return column == sa.any_(sa.literal(keys, type_=ARRAY(sa.BigInteger())))
 
+    def _candidates_in(self, column: sa.Column[Any]) -> sa.ColumnElement[bool]:
+        # One array parameter: the statement's text is the same whatever the count, so it is
+        # compiled once and psycopg prepares it, where IN renders one placeholder per key.
+        return column == sa.any_(sa.bindparam("candidates", type_=ARRAY(sa.BigInteger())))
+
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()

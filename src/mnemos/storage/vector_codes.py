@@ -57,6 +57,21 @@ def closest(distances: NDArray[np.int32], count: int) -> NDArray[np.intp]:
     return np.argpartition(distances, count - 1)[:count]
 
 
+def closest_unique(
+    pks: NDArray[np.int64], distances: NDArray[np.int32], count: int, copies: int
+) -> NDArray[np.int64]:
+    """The keys of the `count` distinct memories closest by `distances`, when each key may
+    appear up to `copies` times in `pks` (a memory read through several owners; its copies have
+    the same distance), in no particular order."""
+    picked = closest(distances, count * copies)
+    if copies <= 1:
+        return pks[picked]
+    keys, first = np.unique(pks[picked], return_index=True)
+    if len(keys) <= count:
+        return keys
+    return keys[closest(distances[picked][first], count)]
+
+
 def int8_scores(
     vectors: NDArray[np.int8], scales: NDArray[np.float32], probe: NDArray[np.float32]
 ) -> NDArray[np.float32]:
