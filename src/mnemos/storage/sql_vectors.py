@@ -218,6 +218,7 @@ class VectorsSql(SqlBase):
             .having(sa.func.count() >= CHUNK_ROWS)
         ).scalars()
         for owner in list(full):
+            self._lock_owner(conn, owner)  # read below, after any concurrent seal committed
             rows = conn.execute(
                 sa.select(V.memory_pk, V.scale, V.vector)
                 .join(vector_tail, T.memory_pk == V.memory_pk)
@@ -245,6 +246,12 @@ class VectorsSql(SqlBase):
                 )
             )
             conn.execute(vector_tail.delete().where(T.owner == owner, T.memory_pk.in_(pks)))
+
+    def _lock_owner(self, conn: Connection, owner: str) -> None:  # noqa: ARG002
+        """Hold `owner`'s layout until this write transaction ends, so that two processes do not
+        seal the same tail into a chunk of the same number (a dialect hook: SQLite has one
+        writer at a time, PostgreSQL takes an advisory lock)."""
+        return None
 
     def compact_vectors(self, after: tuple[str, int] | None, chunks: int) -> tuple[str, int] | None:
         """Rewrite the next `chunks` chunks after `after` (by owner, seq) without the vectors of
@@ -328,7 +335,7 @@ class VectorsSql(SqlBase):
         if not query.audiences or limit <= 0:
             return []
         probe = np.asarray(vector, dtype=np.float32).reshape(-1)
-        rescore = max(RESCORE, 8 * limit)
+        rescore = max(RESCORE, 2 * limit)
         # No search budget here: the cost is bounded by the owners' sizes, not by the query's
         # words, and the statements are key lookups (a watchdog interrupt that lands while
         # numpy scores would hit the next statement instead).
