@@ -76,9 +76,8 @@ def instrument(store: SqlStore, embedder: Any, timer: Timer) -> None:
 
     store._blob_rows = named  # type: ignore[method-assign]
     store._recheck = timer.wrap("visibility check (_checked)", store._recheck)  # type: ignore[method-assign]
-    sv.hamming = timer.wrap("hamming", sv.hamming)
     sv.int8_scores = timer.wrap("int8 scores", sv.int8_scores)
-    sv.closest_unique = timer.wrap("closest", sv.closest_unique)
+    sv.first_pass = timer.wrap("first pass (hamming, sign scores)", sv.first_pass)
 
 
 def profile(backend: str, template: str, requests: int) -> dict[str, Any]:

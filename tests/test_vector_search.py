@@ -25,7 +25,7 @@ from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import vector_chunks, vector_tail
 from mnemos.storage.sql_vectors import CHUNK_ROWS, RESCORE
-from mnemos.storage.vector_codes import hamming, quantize, sign_bits
+from mnemos.storage.vector_codes import hamming, quantize, sign_bits, sign_scores
 from tests.conftest import BACKENDS
 from tests.test_migration_tuya import fresh_database
 from tests.world import Actor, World, agent_memory
@@ -79,6 +79,14 @@ def test_hamming_counts_the_components_that_differ_in_sign() -> None:
         probe = rng.standard_normal(dims).astype(np.float32)
         expected = ((vectors > 0) != (probe > 0)).sum(axis=1)
         assert hamming(sign_bits(vectors), sign_bits(probe)[0]).tolist() == expected.tolist()
+
+
+def test_sign_scores_are_the_probes_dot_product_with_the_signs() -> None:
+    rng = np.random.default_rng(6)
+    vectors = rng.integers(-127, 128, (50, DIMS)).astype(np.int8)
+    probe = unit(rng.standard_normal(DIMS).astype(np.float32))
+    signs = np.where(vectors > 0, 1.0, -1.0).astype(np.float32)
+    assert sign_scores(sign_bits(vectors), probe) == pytest.approx(signs @ probe, abs=1e-4)
 
 
 def test_new_chunks_carry_the_sign_bits_of_their_vectors(store: Store, world: World) -> None:
@@ -186,22 +194,23 @@ def stored(store: Store, made: list[Memory], vectors: Any) -> list[uuid.UUID]:
     return ids
 
 
-def test_org_wide_search_is_not_crowded_out_by_agent_memories_it_cannot_see(
+def test_org_wide_search_is_not_crowded_out_by_memories_it_does_not_list(
     store: Store, world: World
 ) -> None:
-    """Another agent of the organization holds far more private (agent-scoped) memories near
-    the query by sign bits than the search rescores; the organization's own memories are a few
-    fillers and the right answer, close by cosine but further by sign bits. The organization's
-    search must find the answer: it reads only the organization-scoped memories' vectors (before
-    the split it read every memory of the organization and rescored only private ones and
-    fillers)."""
+    """The organization holds far more subject memories (about one person, which an org-wide
+    list without `subject_id` does not show) near the query by sign bits than the search
+    rescores; its organization memories are a few fillers and the right answer, close by cosine
+    but further by sign bits. The org-wide search must find the answer: it reads only the
+    organization-scoped memories' vectors (before the split it read every memory of the
+    organization and rescored only subject memories and fillers)."""
     ann, bob = world.user("Ann", "acme"), world.user("Bob", "acme")
     mine, theirs = world.agent(ann), world.agent(bob)
     org = uuid.UUID(ann.organization_id)
     rng = np.random.default_rng(13)
     probe = unit(rng.standard_normal(DIMS).astype(np.float32))
     now = utcnow()
-    hidden = [agent_memory(theirs.id, f"private {i}", now, organization_id=org) for i in range(600)]
+    about = {"scope": Scope.SUBJECT, "organization_id": org, "subject_id": uuid.uuid4()}
+    hidden = [agent_memory(theirs.id, f"about someone {i}", now, **about) for i in range(600)]
     stored(store, hidden, near_by_signs(probe, rng, len(hidden)))
     shared = [
         agent_memory(theirs.id, f"shared {i}", now, scope=Scope.ORGANIZATION, organization_id=org)

@@ -7,8 +7,9 @@ search, once per owner the memory has (its agent, organization, subject, room): 
 of the owner's `vector_tail`, then, once the tail holds `CHUNK_ROWS` vectors, sealed into one
 `vector_chunks` row (blobs: primary keys, scales, int8 vectors, and the vectors' sign bits). A
 search reads only the keys and sign bits of the owners' chunks (48 bytes a vector) and their
-tails, ranks them by Hamming distance to the query's sign bits, scores the closest `RESCORE`
-exactly from `memory_vectors`, and asks the database which of those the query really returns:
+tails, ranks them by Hamming distance to the query's sign bits and the closest few thousand of
+those by the query's dot product with their signs (`vector_codes.first_pass`), scores the best
+`RESCORE` exactly from `memory_vectors`, and asks the database which of those the query returns:
 the layout only narrows the candidates, it never decides visibility. A memory deleted or
 changed since its chunk was sealed stays in it and is dropped by that check, until the idle
 sweep (or an erasure, at once) rewrites the chunk without it.
@@ -44,8 +45,7 @@ from mnemos.storage.schema import (
 from mnemos.storage.sql_base import SqlBase
 from mnemos.storage.vector_codes import (
     best,
-    closest_unique,
-    hamming,
+    first_pass,
     int8_scores,
     quantize,
     sign_bits,
@@ -78,9 +78,10 @@ SCOPE_LETTERS = {Scope.AGENT: "a", Scope.SUBJECT: "s", Scope.ORGANIZATION: "o"}
 
 def owner_key(prefix: str, scope: Scope, owner: uuid.UUID) -> str:
     """The key of one owner's vectors of one scope: `oo<org>` holds the organization-scoped
-    memories of an organization, `oa<org>` its agent-scoped ones, `as<agent>` the subject
-    memories an agent stored. Split by scope so that an audience reads only vectors of memories
-    it may see (an organization's list never reads its agents' private memories)."""
+    memories of an organization, `os<org>` its subject memories, `as<agent>` the subject
+    memories an agent stored. Split by scope so that an audience reads only vectors of the
+    scopes it admits (an org-wide list reads no subject memory, a person's agents' branch no
+    organization memory)."""
     return prefix + SCOPE_LETTERS[scope] + owner.hex
 
 
@@ -341,11 +342,11 @@ class VectorsSql(SqlBase):
         # numpy scores would hit the next statement instead).
         with self._read() as conn:
             owners = self._owners(conn, query.audiences)
-            pks, distances = self._sign_distances(conn, owners, model, sign_bits(probe)[0])
+            pks, bits = self._sign_bits(conn, owners, model)
             if len(pks) == 0:
                 return []
             copies = len({owner[0] for owner in owners})  # a memory is in one owner of a kind
-            nearest = closest_unique(pks, distances, rescore, copies)
+            nearest = first_pass(pks, bits, probe, rescore, copies)
             keys, scores = self._rescored(conn, nearest, model, probe)
             order = best(keys, scores, len(keys))
             found, passed = self._recheck(conn, query, keys[order], scores[order], limit)
@@ -355,7 +356,7 @@ class VectorsSql(SqlBase):
                 statement, params = self._checked(query, with_rows=False, candidates=False)
                 allowed = np.fromiter(conn.execute(statement, params).scalars(), dtype=np.int64)
                 keep = np.isin(pks, allowed)
-                nearest = closest_unique(pks[keep], distances[keep], rescore, copies)
+                nearest = first_pass(pks[keep], bits[keep], probe, rescore, copies)
                 keys, scores = self._rescored(conn, nearest, model, probe)
                 order = best(keys, scores, limit)
                 found, _ = self._recheck(conn, query, keys[order], scores[order], limit)
@@ -414,18 +415,17 @@ class VectorsSql(SqlBase):
         assert audience.organization_id is not None  # an audience pins an owner
         return {owner_key("o", scope, audience.organization_id) for scope in scopes}
 
-    def _sign_distances(
-        self, conn: Connection, owners: set[str], model: str, probe: NDArray[np.uint8]
-    ) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+    def _sign_bits(
+        self, conn: Connection, owners: set[str], model: str
+    ) -> tuple[NDArray[np.int64], NDArray[np.uint8]]:
         """Every vector of `model` the owners hold (a memory once per owner holding it): its
-        memory's primary key and the Hamming distance of its sign bits to `probe`'s."""
+        memory's primary key and its sign bits (rows of `dimensions / 8` bytes)."""
         if not owners:
-            return np.empty(0, np.int64), np.empty(0, np.int32)
+            return np.empty(0, np.int64), np.empty((0, 0), np.uint8)
         wanted = sorted(owners)
         params = {"owners": wanted, "model": model}
         chunks = self._blob_rows(conn, "chunk bits", params)
         tail = self._blob_rows(conn, "tail vectors", params)
-        width = len(probe)
         pks = [np.frombuffer(bytes(row[0]), dtype="<i8") for row in chunks]
         bits = [np.frombuffer(bytes(row[1]), dtype=np.uint8) for row in chunks]
         if tail:
@@ -433,9 +433,9 @@ class VectorsSql(SqlBase):
             vectors = _int8_rows(b"".join(bytes(row[1]) for row in tail), len(tail))
             bits.append(sign_bits(vectors).reshape(-1))
         if not pks:
-            return np.empty(0, np.int64), np.empty(0, np.int32)
-        matrix = np.concatenate(bits).reshape(-1, width)
-        return np.concatenate(pks).astype(np.int64), hamming(matrix, probe)
+            return np.empty(0, np.int64), np.empty((0, 0), np.uint8)
+        keys = np.concatenate(pks).astype(np.int64)
+        return keys, np.concatenate(bits).reshape(len(keys), -1)
 
     def _rescored(
         self,

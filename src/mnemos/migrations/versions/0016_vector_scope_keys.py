@@ -1,13 +1,13 @@
 """Recall by meaning: owner keys split by scope.
 
 Until this revision a memory's vectors were laid out under one key per owner (`a<agent>`,
-`s<subject>`, `r<room>`, `o<organization>`), so an organization's chunks also held the
-agent-scoped memories of all its agents, which an organization-wide search may not see and
-which took places among the few hundred candidates it rescores (recall@10 0.72 on the bench's
-clusters). Now each owner key also names the memory's scope (`oo<org>`: its organization
-memories, `oa<org>`: its agent-scoped ones, `as<agent>`: the subject memories an agent stored;
-docs/search.md, "Vector storage"), and a search reads only the keys of the scopes its audiences
-admit.
+`s<subject>`, `r<room>`, `o<organization>`), so an organization's chunks also held its
+subject memories (and any agent-scoped memory carrying the organization), which an
+organization-wide list does not show and which took places among the few hundred candidates a
+search rescores (recall@10 0.72 on the bench's clusters). Now each owner key also names the
+memory's scope (`oo<org>`: its organization memories, `os<org>`: its subject memories,
+`as<agent>`: the subject memories an agent stored; docs/search.md, "Vector storage"), and a
+search reads only the keys of the scopes its audiences admit.
 
 The layout is rebuilt from `memory_vectors`, which is unchanged (nothing is embedded again):
 every chunk and tail row is dropped, each vector gets a tail row under each of its new keys, and
