@@ -12,7 +12,8 @@ search reads only the keys of the scopes its audiences admit.
 The layout is rebuilt from `memory_vectors`, which is unchanged (nothing is embedded again):
 every chunk and tail row is dropped, each vector gets a tail row under each of its new keys, and
 every tail of at least 256 vectors of one model is sealed into chunks, as the embedding worker
-seals them. About a minute per 100,000 memories.
+seals them. Measured at 100,000 memories (bench template, load ~4): 7.5 s on SQLite, 15.7 s
+on PostgreSQL, under 100 MB of memory; the layout it builds is the one new writes build.
 
 Revision ID: 0016_vector_scope_keys
 Revises: 0015_pages
