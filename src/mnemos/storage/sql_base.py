@@ -359,7 +359,7 @@ class SqlBase(abc.ABC):
         return bytes(value)
 
     def _remember_until(
-        self, table: sa.Table, key: str, expires_at: datetime, **values: Any
+        self, table: sa.Table, key: str, expires_at: datetime, durable: bool = True, **values: Any
     ) -> bool:
         """Keep `key` (the primary key of `table`, which has an `expires_at`; `values` fill its
         other columns) until `expires_at`; False if it is already kept. A few expired rows go
@@ -374,6 +374,8 @@ class SqlBase(abc.ABC):
             .with_for_update(skip_locked=True)
         )
         with self._write(mark=False) as conn:
+            if not durable:
+                self._commit_lazily(conn)
             conn.execute(table.delete().where(column.in_(expired)))
             row = {column.name: key, "expires_at": expires_at, **values}
             inserted = conn.execute(
@@ -396,7 +398,13 @@ class SqlBase(abc.ABC):
         self, search_id: str, ranked: Sequence[tuple[uuid.UUID, float]], expires_at: datetime
     ) -> None:
         packed = b"".join(memory_id.bytes + _SCORE.pack(score) for memory_id, score in ranked)
-        self._remember_until(search_pages, search_id, expires_at, ranked=packed)
+        # A kept answer is a cache: lost in a crash, its cursor says "expired" (search again).
+        self._remember_until(search_pages, search_id, expires_at, durable=False, ranked=packed)
+
+    def _commit_lazily(self, conn: Connection) -> None:  # noqa: ARG002
+        """Let this write transaction's commit return before it reaches the disk (a dialect
+        hook: PostgreSQL's asynchronous commit; SQLite's writes share one commit, so no)."""
+        return None
 
     def kept_search(self, search_id: str) -> list[tuple[uuid.UUID, float]] | None:
         # On the primary, never a replica: the first page wrote it a moment ago.
