@@ -187,7 +187,7 @@ def close_but_flipped(probe: NDArray[np.float32]) -> NDArray[np.float32]:
 
 
 def stored(store: Store, made: list[Memory], vectors: Any) -> list[uuid.UUID]:
-    store.replace_memories(made, [], made[0].inserted_at)
+    store.replace_memories(made[0].tenant_id, made, [], made[0].inserted_at)
     ids = [memory.id for memory in made]
     for start in range(0, len(ids), 100):
         store.save_vectors(MODEL, ids[start : start + 100], vectors[start : start + 100])
@@ -210,10 +210,10 @@ def test_org_wide_search_is_not_crowded_out_by_memories_it_does_not_list(
     probe = unit(rng.standard_normal(DIMS).astype(np.float32))
     now = utcnow()
     about = {"scope": Scope.SUBJECT, "organization_id": org, "subject_id": uuid.uuid4()}
-    hidden = [agent_memory(theirs.id, f"about someone {i}", now, **about) for i in range(600)]
+    hidden = [agent_memory(theirs, f"about someone {i}", now, **about) for i in range(600)]
     stored(store, hidden, near_by_signs(probe, rng, len(hidden)))
     shared = [
-        agent_memory(theirs.id, f"shared {i}", now, scope=Scope.ORGANIZATION, organization_id=org)
+        agent_memory(theirs, f"shared {i}", now, scope=Scope.ORGANIZATION, organization_id=org)
         for i in range(31)
     ]
     vectors = np.vstack([close_but_flipped(probe)[None, :], near_by_signs(probe, rng, 30)])
@@ -238,10 +238,10 @@ def test_a_filter_that_keeps_few_candidates_ranks_among_what_it_keeps(
     rng = np.random.default_rng(17)
     probe = unit(rng.standard_normal(DIMS).astype(np.float32))
     now = utcnow()
-    plain = [agent_memory(agent.id, f"plain {i}", now) for i in range(600)]
+    plain = [agent_memory(agent, f"plain {i}", now) for i in range(600)]
     stored(store, plain, near_by_signs(probe, rng, len(plain)))
     kind = {"type": MemoryType.PROCEDURAL}
-    wanted = [agent_memory(agent.id, f"how-to {i}", now, **kind) for i in range(41)]
+    wanted = [agent_memory(agent, f"how-to {i}", now, **kind) for i in range(41)]
     vectors = np.vstack([close_but_flipped(probe)[None, :], near_by_signs(probe, rng, 40)])
     answer, *_ = stored(store, wanted, vectors)
     found = store.agent_by_key(hash_key(agent.api_key))
@@ -268,9 +268,9 @@ def test_migration_keys_the_layout_by_scope(backend: str, tmp_path: Path) -> Non
         agent = world.agent(ann)
         org = uuid.UUID(ann.organization_id)
         now = utcnow()
-        made = [agent_memory(agent.id, f"a {i}", now, organization_id=org) for i in range(300)]
+        made = [agent_memory(agent, f"a {i}", now, organization_id=org) for i in range(300)]
         made += [
-            agent_memory(agent.id, f"o {i}", now, scope=Scope.ORGANIZATION, organization_id=org)
+            agent_memory(agent, f"o {i}", now, scope=Scope.ORGANIZATION, organization_id=org)
             for i in range(20)
         ]
         rng = np.random.default_rng(3)
