@@ -254,7 +254,7 @@ search_pages = sa.Table(
     sa.Column("expires_at", UTCDateTime(), nullable=False, index=True),
     sa.Column("ranked", sa.LargeBinary(), nullable=False),
     # Who searched (an agent or a person, `domain/recall.py`): each keeps at most
-    # `KEPT_PER_CALLER` answers, its oldest going first (migration 0018).
+    # `KEPT_PER_CALLER` answers, its oldest going first (migration 0017).
     sa.Column("owner", sa.String(64), nullable=False, server_default=""),
     sa.Index("ix_search_pages_owner", "owner", "expires_at"),
 )

@@ -2,8 +2,8 @@
 caller cannot fill the disk with answers kept for 30 minutes (docs/decisions.md, "Paging a
 search from its first answer").
 
-Revision ID: 0018_search_owner
-Revises: 0015_pages
+Revision ID: 0017_search_owner
+Revises: 0016_vector_scope_keys
 Create Date: 2026-12-02
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018_search_owner"
-down_revision = "0015_pages"
+revision = "0017_search_owner"
+down_revision = "0016_vector_scope_keys"
 branch_labels = None
 depends_on = None
 
