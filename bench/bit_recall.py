@@ -17,13 +17,21 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
 from bench.vectors import _centres, _draw
-from mnemos.storage.vector_codes import closest, hamming, int8_scores, quantize, sign_bits
+from mnemos.storage.vector_codes import (
+    closest,
+    first_pass,
+    hamming,
+    int8_scores,
+    quantize,
+    sign_bits,
+)
 
 CANDIDATES = (100, 200, 400, 800, 1600)
 PROBES = 200
@@ -45,20 +53,26 @@ def sentences(root: Path, count: int) -> list[str]:
     return list(seen)[:count]
 
 
-def recall(corpus: NDArray[np.float32], probes: NDArray[np.float32]) -> dict[int, float]:
-    """Mean overlap of the pipeline's top 10 with the exact top 10, per candidate count."""
+def recall(corpus: NDArray[np.float32], probes: NDArray[np.float32]) -> dict[str, float]:
+    """Mean overlap of the pipeline's top 10 with the exact top 10, per candidate count: with
+    the candidates chosen by Hamming distance alone ("hamming N") and by the server's
+    `first_pass` (Hamming, then the query's dot product with the signs: "first pass N")."""
     quantized, scales = quantize(corpus)
     bits = sign_bits(quantized)
-    found: dict[int, list[float]] = {n: [] for n in CANDIDATES}
+    keys = np.arange(len(corpus), dtype=np.int64)
+    found: dict[str, list[float]] = defaultdict(list)
     for probe in probes:
         exact = set(np.argsort(-(corpus @ probe))[:10].tolist())
         distances = hamming(bits, sign_bits(probe)[0])
         for n in CANDIDATES:
-            kept = closest(distances, n)
-            scores = int8_scores(quantized[kept], scales[kept], probe)
-            top = kept[np.argsort(-scores)[:10]]
-            found[n].append(len(exact & set(top.tolist())) / 10)
-    return {n: round(float(np.mean(values)), 4) for n, values in found.items()}
+            for name, kept in (
+                (f"hamming {n}", closest(distances, n)),
+                (f"first pass {n}", first_pass(keys, bits, probe, n, 1)),
+            ):
+                scores = int8_scores(quantized[kept], scales[kept], probe)
+                top = kept[np.argsort(-scores)[:10]]
+                found[name].append(len(exact & set(top.tolist())) / 10)
+    return {name: round(float(np.mean(values)), 4) for name, values in found.items()}
 
 
 def main() -> None:

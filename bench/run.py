@@ -404,14 +404,17 @@ def run_backend(backend: str, count: int, options: Options) -> dict[str, Any]:
         started = time.monotonic()
         data = reuse(store) if options.template else load(store, count)
         load_seconds = time.monotonic() - started
-        filled = vectors.fill(store, data) if options.suite == "vectors" else None
         settle(store)
-        if options.keep:
+        if options.keep:  # before the vectors: a later run fills them with its own layout
             store.close()
             keep_template(backend, url, options.keep)
             print(f"{backend}: kept the loaded database as {options.keep}", file=sys.stderr)
             store = open_store(settings)
             assert isinstance(store, SqlStore)
+        filled = None
+        if options.suite == "vectors":
+            filled = vectors.fill(store, data)
+            settle(store)
         port = 18000 + os.getpid() % 1000
         server = start_server(url, port, options.workers)
         rss = Rss(server.pid)

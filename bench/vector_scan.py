@@ -6,7 +6,7 @@ backend (no HTTP).
 Writes `rows` synthetic vectors under a fresh owner key, exactly as the embedding worker stores
 them (`memory_vectors` and sealed `vector_chunks` with their sign bits), then times the two
 steps of `nearest_memories` before its visibility check: reading the owner's keys and sign bits
-and ranking them by Hamming distance (`_sign_distances`), and scoring the closest `RESCORE`
+and ranking them (`_sign_bits`, `first_pass`), and scoring the closest `RESCORE`
 exactly from their int8 vectors (`_rescored`). The bench's org-wide row at 100,000 memories
 covers an organization of ~6,600 vectors only; this measures 100,000 directly.
 """
@@ -27,7 +27,7 @@ from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import memory_vectors, vector_chunks
 from mnemos.storage.sql import SqlStore
 from mnemos.storage.sql_vectors import CHUNK_ROWS, RESCORE
-from mnemos.storage.vector_codes import closest, quantize, sign_bits
+from mnemos.storage.vector_codes import first_pass, quantize, sign_bits
 
 MODEL = "scan"
 
@@ -108,16 +108,17 @@ def main() -> None:
         for _ in range(args.repeat):
             began = time.perf_counter()
             with store._read() as conn:
-                pks, distances = store._sign_distances(conn, {owner}, MODEL, sign_bits(probe)[0])
+                pks, bits = store._sign_bits(conn, {owner}, MODEL)
+                nearest = first_pass(pks, bits, probe, RESCORE, 1)
                 middle = time.perf_counter()
-                keys, _ = store._rescored(conn, pks[closest(distances, RESCORE)], MODEL, probe)
+                keys, _ = store._rescored(conn, nearest, MODEL, probe)
             done = time.perf_counter()
             first.append((middle - began) * 1000)
             second.append((done - middle) * 1000)
             assert len(pks) == rows and len(keys) == min(rows, RESCORE)
         total = [a + b for a, b in zip(first, second, strict=True)]
         found[rows] = {
-            "sign bits + Hamming": percentiles(first),
+            "sign bits + first pass": percentiles(first),
             f"rescore {RESCORE}": percentiles(second),
             "total": percentiles(total),
         }

@@ -40,7 +40,7 @@ from mnemos.storage.schema import (
     vector_tail,
 )
 from mnemos.storage.sql import SqlStore
-from mnemos.storage.sql_vectors import CHUNK_ROWS, OWNER_COLUMNS, owner_key
+from mnemos.storage.sql_vectors import CHUNK_ROWS, OWNER_COLUMNS, owner_keys
 from mnemos.storage.vector_codes import quantize, sign_bits
 
 DIMENSIONS = 384
@@ -75,7 +75,9 @@ def fill(store: SqlStore, data: Dataset, seed: int = 7) -> dict[str, Any]:
     centres = _centres(seed)
     owners_cols = [memories.c[column] for column, _ in OWNER_COLUMNS]
     with store._read() as conn:
-        rows = conn.execute(sa.select(memories.c.pk, *owners_cols).order_by(memories.c.pk)).all()
+        rows = conn.execute(
+            sa.select(memories.c.pk, *owners_cols, memories.c.scope).order_by(memories.c.pk)
+        ).all()
     count = len(rows)
     floats = _draw(rng, centres, count)
     quantized, scales = quantize(floats)
@@ -83,9 +85,8 @@ def fill(store: SqlStore, data: Dataset, seed: int = 7) -> dict[str, Any]:
     kept: dict[str, Any] = {"agent": [], "org": []}
     by_owner: dict[str, list[int]] = defaultdict(list)
     for index, row in enumerate(rows):
-        for (_column, prefix), value in zip(OWNER_COLUMNS, row[1:], strict=True):
-            if value is not None:
-                by_owner[owner_key(prefix, value)].append(index)
+        for owner in owner_keys(row[5], row[1:5]):
+            by_owner[owner].append(index)
         if row[1] == data.big_agent_id:
             kept["agent"].append(index)
         if row[4] == data.org_id:

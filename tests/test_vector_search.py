@@ -11,20 +11,21 @@ from typing import Any
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from numpy.typing import NDArray
 
 from mnemos.config import Settings
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.ids import utcnow
 from mnemos.domain.memories import AgentListParams, MemoryService
-from mnemos.domain.models import Memory
+from mnemos.domain.models import Memory, MemoryType, Scope
 from mnemos.domain.queries import Filters
-from mnemos.storage import migrate
+from mnemos.storage import alembic_config, migrate, open_store
 from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
-from mnemos.storage.schema import vector_chunks
+from mnemos.storage.schema import vector_chunks, vector_tail
 from mnemos.storage.sql_vectors import CHUNK_ROWS, RESCORE
-from mnemos.storage.vector_codes import hamming, quantize, sign_bits
+from mnemos.storage.vector_codes import hamming, quantize, sign_bits, sign_scores
 from tests.conftest import BACKENDS
 from tests.test_migration_tuya import fresh_database
 from tests.world import Actor, World, agent_memory
@@ -78,6 +79,14 @@ def test_hamming_counts_the_components_that_differ_in_sign() -> None:
         probe = rng.standard_normal(dims).astype(np.float32)
         expected = ((vectors > 0) != (probe > 0)).sum(axis=1)
         assert hamming(sign_bits(vectors), sign_bits(probe)[0]).tolist() == expected.tolist()
+
+
+def test_sign_scores_are_the_probes_dot_product_with_the_signs() -> None:
+    rng = np.random.default_rng(6)
+    vectors = rng.integers(-127, 128, (50, DIMS)).astype(np.int8)
+    probe = unit(rng.standard_normal(DIMS).astype(np.float32))
+    signs = np.where(vectors > 0, 1.0, -1.0).astype(np.float32)
+    assert sign_scores(sign_bits(vectors), probe) == pytest.approx(signs @ probe, abs=1e-4)
 
 
 def test_new_chunks_carry_the_sign_bits_of_their_vectors(store: Store, world: World) -> None:
@@ -152,8 +161,147 @@ def test_migration_gives_chunks_sealed_before_it_their_bits(backend: str, tmp_pa
                     vectors=quantized.tobytes(),
                 )
             )
-        migrate(Settings(database_url=url))
+        migrate(Settings(database_url=url), "0015_pages")  # 0016 rebuilds chunks from vectors
         with engine.connect() as conn:
             bits = conn.execute(sa.select(vector_chunks.c.bits)).scalar_one()
         engine.dispose()
     assert bytes(bits) == sign_bits(quantized).tobytes()
+
+
+# --- the layout is split by scope: an audience reads only what it may see ---------------------
+
+
+def near_by_signs(probe: NDArray[np.float32], rng: np.random.Generator, count: int) -> Any:
+    """Vectors with every sign of `probe` (closest possible by sign bits) but far from it by
+    cosine (about 0.75): what fills a Hamming pass's candidates."""
+    noise = rng.standard_normal((count, DIMS)).astype(np.float32) * 0.1
+    return unit(np.abs(probe + noise) * np.sign(probe))
+
+
+def close_but_flipped(probe: NDArray[np.float32]) -> NDArray[np.float32]:
+    """Very close to `probe` by cosine (above 0.97), yet 60 sign bits away from it."""
+    flipped = probe.copy()
+    smallest = np.argsort(np.abs(probe))[:60]
+    flipped[smallest] *= -1
+    return unit(flipped)
+
+
+def stored(store: Store, made: list[Memory], vectors: Any) -> list[uuid.UUID]:
+    store.replace_memories(made, [], made[0].inserted_at)
+    ids = [memory.id for memory in made]
+    for start in range(0, len(ids), 100):
+        store.save_vectors(MODEL, ids[start : start + 100], vectors[start : start + 100])
+    return ids
+
+
+def test_org_wide_search_is_not_crowded_out_by_memories_it_does_not_list(
+    store: Store, world: World
+) -> None:
+    """The organization holds far more subject memories (about one person, which an org-wide
+    list without `subject_id` does not show) near the query by sign bits than the search
+    rescores; its organization memories are a few fillers and the right answer, close by cosine
+    but further by sign bits. The org-wide search must find the answer: it reads only the
+    organization-scoped memories' vectors (before the split it read every memory of the
+    organization and rescored only subject memories and fillers)."""
+    ann, bob = world.user("Ann", "acme"), world.user("Bob", "acme")
+    mine, theirs = world.agent(ann), world.agent(bob)
+    org = uuid.UUID(ann.organization_id)
+    rng = np.random.default_rng(13)
+    probe = unit(rng.standard_normal(DIMS).astype(np.float32))
+    now = utcnow()
+    about = {"scope": Scope.SUBJECT, "organization_id": org, "subject_id": uuid.uuid4()}
+    hidden = [agent_memory(theirs.id, f"about someone {i}", now, **about) for i in range(600)]
+    stored(store, hidden, near_by_signs(probe, rng, len(hidden)))
+    shared = [
+        agent_memory(theirs.id, f"shared {i}", now, scope=Scope.ORGANIZATION, organization_id=org)
+        for i in range(31)
+    ]
+    vectors = np.vstack([close_but_flipped(probe)[None, :], near_by_signs(probe, rng, 30)])
+    answer, *_ = stored(store, shared, vectors)
+    found = store.agent_by_key(hash_key(mine.api_key))
+    assert found is not None
+    query = MemoryService.agent_query(found, AgentListParams(memory_scope="org"), Filters())
+
+    top = store.nearest_memories(query, probe, MODEL, 10)
+
+    assert [ranked.memory.id for ranked in top][:1] == [answer]
+    assert {ranked.memory.scope for ranked in top} == {Scope.ORGANIZATION}
+
+
+def test_a_filter_that_keeps_few_candidates_ranks_among_what_it_keeps(
+    store: Store, world: World
+) -> None:
+    """`type=procedural` keeps a few dozen of an agent's memories: among the rescored
+    candidates (chosen by sign bits) a few pass, enough to fill a page but not the right
+    one; the search must then rank among the filtered memories only."""
+    agent = world.agent(world.user("Ann", "acme"))
+    rng = np.random.default_rng(17)
+    probe = unit(rng.standard_normal(DIMS).astype(np.float32))
+    now = utcnow()
+    plain = [agent_memory(agent.id, f"plain {i}", now) for i in range(600)]
+    stored(store, plain, near_by_signs(probe, rng, len(plain)))
+    kind = {"type": MemoryType.PROCEDURAL}
+    wanted = [agent_memory(agent.id, f"how-to {i}", now, **kind) for i in range(41)]
+    vectors = np.vstack([close_but_flipped(probe)[None, :], near_by_signs(probe, rng, 40)])
+    answer, *_ = stored(store, wanted, vectors)
+    found = store.agent_by_key(hash_key(agent.api_key))
+    assert found is not None
+    query = MemoryService.agent_query(found, AgentListParams(), Filters(type=MemoryType.PROCEDURAL))
+
+    top = store.nearest_memories(query, probe, MODEL, 10)
+
+    assert len(top) == 10 and top[0].memory.id == answer
+    assert {ranked.memory.type for ranked in top} == {MemoryType.PROCEDURAL}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migration_keys_the_layout_by_scope(backend: str, tmp_path: Path) -> None:
+    """0016 rebuilds the chunks and tails under scoped owner keys from the vectors alone (and
+    its downgrade rebuilds the unscoped ones): every vector is under each of its owners' keys,
+    once, and full tails are sealed."""
+    with fresh_database(backend, tmp_path) as url:
+        settings = Settings(database_url=url)
+        migrate(settings)
+        opened = open_store(settings)
+        world = World(opened)
+        ann = world.user("Ann", "acme")
+        agent = world.agent(ann)
+        org = uuid.UUID(ann.organization_id)
+        now = utcnow()
+        made = [agent_memory(agent.id, f"a {i}", now, organization_id=org) for i in range(300)]
+        made += [
+            agent_memory(agent.id, f"o {i}", now, scope=Scope.ORGANIZATION, organization_id=org)
+            for i in range(20)
+        ]
+        rng = np.random.default_rng(3)
+        stored(opened, made, unit(rng.standard_normal((len(made), DIMS)).astype(np.float32)))
+        opened.close()
+        config = alembic_config(settings.resolved_database_url())
+        engine = sa.create_engine(driver_url(url))
+
+        def layout() -> dict[str, int]:
+            with engine.connect() as conn:
+                sealed = conn.execute(
+                    sa.select(vector_chunks.c.owner, sa.func.sum(vector_chunks.c.rows)).group_by(
+                        vector_chunks.c.owner
+                    )
+                ).all()
+                tails = conn.execute(
+                    sa.select(vector_tail.c.owner, sa.func.count()).group_by(vector_tail.c.owner)
+                ).all()
+            counts: dict[str, int] = {}
+            for owner, rows in [*sealed, *tails]:
+                counts[owner] = counts.get(owner, 0) + int(rows)
+            return counts
+
+        scoped = {"aa" + agent.id.replace("-", ""): 300, "ao" + agent.id.replace("-", ""): 20}
+        scoped |= {"oa" + org.hex: 300, "oo" + org.hex: 20}
+        assert layout() == scoped
+        command.downgrade(config, "0015_pages")
+        unscoped = {"a" + agent.id.replace("-", ""): 320, "o" + org.hex: 320}
+        assert layout() == unscoped
+        command.upgrade(config, "head")
+        assert layout() == scoped
+        with engine.connect() as conn:
+            assert conn.execute(sa.select(sa.func.count()).select_from(vector_chunks)).scalar() == 2
+        engine.dispose()

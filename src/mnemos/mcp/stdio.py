@@ -39,9 +39,9 @@ def serve_stdio(settings: Settings, credential: str) -> None:
     svc = build_services(settings, embedder=embedder)
     indexer = Indexer(svc.store, embedder) if embedder is not None else None
     try:
+        check_credential(svc, credential)  # a bad credential starts nothing
         if indexer is not None:
             indexer.start()
-        check_credential(svc, credential)
 
         async def caller_of(_ctx: ServerRequestContext[Any, Any]) -> Caller:
             return await to_thread.run_sync(check_credential, svc, credential)

@@ -303,5 +303,20 @@ class PostgresStore(SqlStore):
         # seconds to plan.
         return column == sa.any_(sa.literal(keys, type_=ARRAY(sa.BigInteger())))
 
+    def _lock_owner(self, conn: Connection, owner: str) -> None:
+        conn.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:owner, 0))"), {"owner": owner}
+        )
+
+    def _commit_lazily(self, conn: Connection) -> None:
+        # Visible to every session at once; only its WAL flush is deferred (by at most
+        # wal_writer_delay), so a crash may lose it, never corrupt anything.
+        conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+
+    def _candidates_in(self, column: sa.Column[Any]) -> sa.ColumnElement[bool]:
+        # One array parameter: the statement's text is the same whatever the count, so it is
+        # compiled once and psycopg prepares it, where IN renders one placeholder per key.
+        return column == sa.any_(sa.bindparam("candidates", type_=ARRAY(sa.BigInteger())))
+
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()

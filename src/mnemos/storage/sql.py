@@ -353,10 +353,14 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             columns = (M.pk, *MEMORY_COLUMNS) if with_rows else (M.pk,)
             statement = sa.select(*columns).where(visible)
             if candidates:
-                among: sa.BindParameter[Any] = sa.bindparam("candidates", expanding=True)
-                statement = statement.where(M.pk.in_(among))
+                statement = statement.where(self._candidates_in(M.pk))
             self._remember(shape, statement)
         return statement, params
+
+    def _candidates_in(self, column: sa.Column[Any]) -> sa.ColumnElement[bool]:
+        """`column` is one of the keys bound as `candidates` (a list): IN with one placeholder
+        a key here; PostgreSQL binds one array."""
+        return column.in_(sa.bindparam("candidates", expanding=True))
 
     @replica_read
     def count_memories(self, query: MemoryQuery) -> int:

@@ -350,6 +350,7 @@ class SqlBase(abc.ABC):
         key: str,
         expires_at: datetime,
         *,
+        durable: bool = True,
         then: sa.Executable | None = None,
         **values: Any,
     ) -> bool:
@@ -366,6 +367,8 @@ class SqlBase(abc.ABC):
             .with_for_update(skip_locked=True)
         )
         with self._write(mark=False) as conn:
+            if not durable:
+                self._commit_lazily(conn)
             conn.execute(table.delete().where(column.in_(expired)))
             row = {column.name: key, "expires_at": expires_at, **values}
             inserted = conn.execute(
@@ -406,9 +409,21 @@ class SqlBase(abc.ABC):
             .with_for_update(skip_locked=True)
         )
         trim = search_pages.delete().where(P.search_id.in_(older))
+        # A kept answer is a cache: lost in a crash, its cursor says "expired" (search again).
         self._remember_until(
-            search_pages, search_id, expires_at, then=trim, ranked=packed, owner=owner
+            search_pages,
+            search_id,
+            expires_at,
+            durable=False,
+            then=trim,
+            ranked=packed,
+            owner=owner,
         )
+
+    def _commit_lazily(self, conn: Connection) -> None:  # noqa: ARG002
+        """Let this write transaction's commit return before it reaches the disk (a dialect
+        hook: PostgreSQL's asynchronous commit; SQLite's writes share one commit, so no)."""
+        return None
 
     def kept_search(self, search_id: str) -> list[tuple[uuid.UUID, float]] | None:
         # On the primary, never a replica: the first page wrote it a moment ago.

@@ -7,8 +7,9 @@ search, once per owner the memory has (its agent, organization, subject, room): 
 of the owner's `vector_tail`, then, once the tail holds `CHUNK_ROWS` vectors, sealed into one
 `vector_chunks` row (blobs: primary keys, scales, int8 vectors, and the vectors' sign bits). A
 search reads only the keys and sign bits of the owners' chunks (48 bytes a vector) and their
-tails, ranks them by Hamming distance to the query's sign bits, scores the closest `RESCORE`
-exactly from `memory_vectors`, and asks the database which of those the query really returns:
+tails, ranks them by Hamming distance to the query's sign bits and the closest few thousand of
+those by the query's dot product with their signs (`vector_codes.first_pass`), scores the best
+`RESCORE` exactly from `memory_vectors`, and asks the database which of those the query returns:
 the layout only narrows the candidates, it never decides visibility. A memory deleted or
 changed since its chunk was sealed stays in it and is dropped by that check, until the idle
 sweep (or an erasure, at once) rewrites the chunk without it.
@@ -28,6 +29,7 @@ from numpy.typing import NDArray
 from sqlalchemy.engine import Connection
 
 from mnemos.domain.ids import utcnow
+from mnemos.domain.models import Scope
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.search import Ranked
 from mnemos.storage.rows import to_memory
@@ -43,8 +45,7 @@ from mnemos.storage.schema import (
 from mnemos.storage.sql_base import SqlBase
 from mnemos.storage.vector_codes import (
     best,
-    closest,
-    hamming,
+    first_pass,
     int8_scores,
     quantize,
     sign_bits,
@@ -61,6 +62,9 @@ RESCORE = 400
 """How many of a scope's vectors closest by sign bits are scored exactly (at least; more for a
 large `limit`). Measured (docs/search.md, bench/bit_recall.py): recall@10 against exact search
 >= 0.95 at 10,000 and 100,000 vectors of real MiniLM embeddings; each one costs a key lookup."""
+MIN_PASSED = 0.5
+"""When fewer than this share of the rescored candidates pass the query's filters, the search
+ranks again among only the memories the query holds (its filters keep few of the owners')."""
 OWNER_COLUMNS = (
     ("source_agent_id", "a"),
     ("subject_id", "s"),
@@ -68,10 +72,28 @@ OWNER_COLUMNS = (
     ("organization_id", "o"),
 )
 """Each owner column of a memory and the prefix of its owner key, narrowest first."""
+SCOPE_LETTERS = {Scope.AGENT: "a", Scope.SUBJECT: "s", Scope.ORGANIZATION: "o"}
+"""The letter of a memory's scope in its owner keys."""
 
 
-def owner_key(prefix: str, owner: uuid.UUID) -> str:
-    return prefix + owner.hex
+def owner_key(prefix: str, scope: Scope, owner: uuid.UUID) -> str:
+    """The key of one owner's vectors of one scope: `oo<org>` holds the organization-scoped
+    memories of an organization, `os<org>` its subject memories, `as<agent>` the subject
+    memories an agent stored. Split by scope so that an audience reads only vectors of the
+    scopes it admits (an org-wide list reads no subject memory, a person's agents' branch no
+    organization memory)."""
+    return prefix + SCOPE_LETTERS[scope] + owner.hex
+
+
+def owner_keys(scope: str | Scope, owners: Sequence[uuid.UUID | None]) -> list[str]:
+    """The owner keys of a memory of `scope` whose owner columns (in `OWNER_COLUMNS` order)
+    hold `owners`."""
+    kind = Scope(scope)
+    return [
+        owner_key(prefix, kind, value)
+        for (_, prefix), value in zip(OWNER_COLUMNS, owners, strict=True)
+        if value is not None
+    ]
 
 
 class VectorsSql(SqlBase):
@@ -158,7 +180,7 @@ class VectorsSql(SqlBase):
         with self._write() as conn:
             # Lock the memories against a concurrent delete (PostgreSQL; SQLite has one writer).
             found = conn.execute(
-                sa.select(M.pk, M.id, *owners)
+                sa.select(M.pk, M.id, M.scope, *owners)
                 .where(M.id.in_(list(ids)))
                 .with_for_update(key_share=True)
             ).all()
@@ -180,10 +202,9 @@ class VectorsSql(SqlBase):
                 ],
             )
             tail = [
-                {"owner": owner_key(prefix, value), "memory_pk": row[0]}
+                {"owner": owner, "memory_pk": row[0]}
                 for row in found
-                for (_, prefix), value in zip(OWNER_COLUMNS, row[2:], strict=True)
-                if value is not None
+                for owner in owner_keys(row[2], row[3:])
             ]
             conn.execute(vector_tail.insert(), tail)
             self._seal(conn, model, {entry["owner"] for entry in tail})
@@ -198,6 +219,7 @@ class VectorsSql(SqlBase):
             .having(sa.func.count() >= CHUNK_ROWS)
         ).scalars()
         for owner in list(full):
+            self._lock_owner(conn, owner)  # read below, after any concurrent seal committed
             rows = conn.execute(
                 sa.select(V.memory_pk, V.scale, V.vector)
                 .join(vector_tail, T.memory_pk == V.memory_pk)
@@ -225,6 +247,12 @@ class VectorsSql(SqlBase):
                 )
             )
             conn.execute(vector_tail.delete().where(T.owner == owner, T.memory_pk.in_(pks)))
+
+    def _lock_owner(self, conn: Connection, owner: str) -> None:  # noqa: ARG002
+        """Hold `owner`'s layout until this write transaction ends, so that two processes do not
+        seal the same tail into a chunk of the same number (a dialect hook: SQLite has one
+        writer at a time, PostgreSQL takes an advisory lock)."""
+        return None
 
     def compact_vectors(self, after: tuple[str, int] | None, chunks: int) -> tuple[str, int] | None:
         """Rewrite the next `chunks` chunks after `after` (by owner, seq) without the vectors of
@@ -254,17 +282,12 @@ class VectorsSql(SqlBase):
 
     def _vector_owners(self, conn: Connection, where: sa.ColumnElement[bool]) -> set[str]:
         rows = conn.execute(
-            sa.select(*(getattr(M, column) for column, _ in OWNER_COLUMNS))
+            sa.select(M.scope, *(getattr(M, column) for column, _ in OWNER_COLUMNS))
             .select_from(memories.join(memory_vectors, V.memory_pk == M.pk))
             .where(where)
             .distinct()
         ).all()
-        return {
-            owner_key(prefix, value)
-            for row in rows
-            for (_, prefix), value in zip(OWNER_COLUMNS, row, strict=True)
-            if value is not None
-        }
+        return {owner for row in rows for owner in owner_keys(row[0], row[1:])}
 
     def _purge_vectors(self, conn: Connection, owners: set[str]) -> None:
         for owner in sorted(owners):
@@ -313,36 +336,40 @@ class VectorsSql(SqlBase):
         if not query.audiences or limit <= 0:
             return []
         probe = np.asarray(vector, dtype=np.float32).reshape(-1)
-        rescore = max(RESCORE, 8 * limit)
+        rescore = max(RESCORE, 2 * limit)
         # No search budget here: the cost is bounded by the owners' sizes, not by the query's
         # words, and the statements are key lookups (a watchdog interrupt that lands while
         # numpy scores would hit the next statement instead).
         with self._read() as conn:
             owners = self._owners(conn, query.audiences)
-            pks, distances = self._sign_distances(conn, owners, model, sign_bits(probe)[0])
+            pks, bits = self._sign_bits(conn, owners, model)
             if len(pks) == 0:
                 return []
-            keys, scores = self._rescored(conn, pks[closest(distances, rescore)], model, probe)
+            copies = len({owner[0] for owner in owners})  # a memory is in one owner of a kind
+            nearest = first_pass(pks, bits, probe, rescore, copies)
+            keys, scores = self._rescored(conn, nearest, model, probe)
             order = best(keys, scores, len(keys))
-            found = self._recheck(conn, query, keys[order], scores[order], limit)
-            if len(found) < limit and len(keys) < len(pks):
-                # The filters keep few of the owners' memories: ask which, rank only those.
+            found, passed = self._recheck(conn, query, keys[order], scores[order], limit)
+            if len(nearest) < len(pks) and (len(found) < limit or passed < MIN_PASSED * len(keys)):
+                # The filters (or statuses) keep few of the owners' memories, so few of the
+                # closest passed: ask which memories the query holds and rank only those.
                 statement, params = self._checked(query, with_rows=False, candidates=False)
                 allowed = np.fromiter(conn.execute(statement, params).scalars(), dtype=np.int64)
                 keep = np.isin(pks, allowed)
-                nearest = closest(distances[keep], rescore)
-                keys, scores = self._rescored(conn, pks[keep][nearest], model, probe)
+                nearest = first_pass(pks[keep], bits[keep], probe, rescore, copies)
+                keys, scores = self._rescored(conn, nearest, model, probe)
                 order = best(keys, scores, limit)
-                found = self._recheck(conn, query, keys[order], scores[order], limit)
+                found, _ = self._recheck(conn, query, keys[order], scores[order], limit)
         return found[:limit]
 
     def _recheck(
         self, conn: Connection, query: MemoryQuery, pks: NDArray[np.int64], scores: Any, limit: int
-    ) -> list[Ranked]:
-        """The best `limit` candidates (best first) that the query returns, with their scores:
-        which pass is asked by key (cheap), then only the winners' rows are read."""
+    ) -> tuple[list[Ranked], int]:
+        """The best `limit` candidates (best first) that the query returns, with their scores,
+        and how many of all the candidates it returns: which pass is asked by key (cheap), then
+        only the winners' rows are read."""
         if len(pks) == 0:
-            return []
+            return [], 0
         keys, params = self._checked(query, with_rows=False)
         params["candidates"] = [int(pk) for pk in pks]
         passed = set(conn.execute(keys, params).scalars())
@@ -353,11 +380,11 @@ class VectorsSql(SqlBase):
                 if len(best) == limit:
                     break
         if not best:
-            return []
+            return [], len(passed)
         statement, params = self._checked(query, with_rows=True)
         params["candidates"] = list(best)
         rows = {row[0]: to_memory(row[1:]) for row in conn.execute(statement, params)}
-        return [Ranked(rows[pk], score) for pk, score in best.items() if pk in rows]
+        return [Ranked(rows[pk], score) for pk, score in best.items() if pk in rows], len(passed)
 
     def _owners(self, conn: Connection, audiences: Iterable[Audience]) -> set[str]:
         """The owner keys whose vectors hold every memory of the audiences (a superset)."""
@@ -367,35 +394,38 @@ class VectorsSql(SqlBase):
         return keys
 
     def _audience_owners(self, conn: Connection, audience: Audience) -> set[str]:
+        """The keys of the narrowest owner the audience pins, for each scope it admits."""
+        scopes = audience.scopes if audience.scopes is not None else tuple(Scope)
         for column, prefix in OWNER_COLUMNS[:3]:
             value = getattr(audience, column)
             if value is not None:
-                return {owner_key(prefix, value)}
+                return {owner_key(prefix, scope, value) for scope in scopes}
         if audience.source_agent_owner_id is not None:
             owned = sa.select(agents.c.id).where(
                 agents.c.owner_id == audience.source_agent_owner_id
             )
-            return {owner_key("a", agent) for agent in conn.execute(owned).scalars()}
+            found = conn.execute(owned).scalars().all()
+            return {owner_key("a", scope, agent) for agent in found for scope in scopes}
         if audience.room_member_user_id is not None:
             rooms = sa.select(chat_participants.c.chat_room_id).where(
                 chat_participants.c.participant_id == audience.room_member_user_id
             )
-            return {owner_key("r", room) for room in conn.execute(rooms).scalars()}
+            found = conn.execute(rooms).scalars().all()
+            return {owner_key("r", scope, room) for room in found for scope in scopes}
         assert audience.organization_id is not None  # an audience pins an owner
-        return {owner_key("o", audience.organization_id)}
+        return {owner_key("o", scope, audience.organization_id) for scope in scopes}
 
-    def _sign_distances(
-        self, conn: Connection, owners: set[str], model: str, probe: NDArray[np.uint8]
-    ) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+    def _sign_bits(
+        self, conn: Connection, owners: set[str], model: str
+    ) -> tuple[NDArray[np.int64], NDArray[np.uint8]]:
         """Every vector of `model` the owners hold (a memory once per owner holding it): its
-        memory's primary key and the Hamming distance of its sign bits to `probe`'s."""
+        memory's primary key and its sign bits (rows of `dimensions / 8` bytes)."""
         if not owners:
-            return np.empty(0, np.int64), np.empty(0, np.int32)
+            return np.empty(0, np.int64), np.empty((0, 0), np.uint8)
         wanted = sorted(owners)
         params = {"owners": wanted, "model": model}
         chunks = self._blob_rows(conn, "chunk bits", params)
         tail = self._blob_rows(conn, "tail vectors", params)
-        width = len(probe)
         pks = [np.frombuffer(bytes(row[0]), dtype="<i8") for row in chunks]
         bits = [np.frombuffer(bytes(row[1]), dtype=np.uint8) for row in chunks]
         if tail:
@@ -403,9 +433,9 @@ class VectorsSql(SqlBase):
             vectors = _int8_rows(b"".join(bytes(row[1]) for row in tail), len(tail))
             bits.append(sign_bits(vectors).reshape(-1))
         if not pks:
-            return np.empty(0, np.int64), np.empty(0, np.int32)
-        matrix = np.concatenate(bits).reshape(-1, width)
-        return np.concatenate(pks).astype(np.int64), hamming(matrix, probe)
+            return np.empty(0, np.int64), np.empty((0, 0), np.uint8)
+        keys = np.concatenate(pks).astype(np.int64)
+        return keys, np.concatenate(bits).reshape(len(keys), -1)
 
     def _rescored(
         self,

@@ -9,9 +9,10 @@ FTS5 table of words and scope tokens kept in step by triggers (migrations 0001 a
 from __future__ import annotations
 
 import fcntl
+import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.rows import read_json
-from mnemos.storage.schema import memories
+from mnemos.storage.schema import memories, memory_vectors
 from mnemos.storage.search_plan import DRIVER_POSTINGS, TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
 from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, driver_connection
@@ -183,6 +184,26 @@ def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine
         conn.exec_driver_sql(begin)
 
     return engine
+
+
+class JsonKeys(sa.types.TypeDecorator[list[int]]):
+    """A list of integer keys bound as one JSON array (read with `json_each`)."""
+
+    impl = sa.String
+    cache_ok = True
+
+    def process_bind_param(self, value: list[int] | None, dialect: Any) -> str | None:  # noqa: ARG002
+        return None if value is None else json.dumps(value)
+
+
+_KEYS = sa.func.json_each(sa.bindparam("keys", type_=JsonKeys())).table_valued("value")
+VECTORS_BY_KEYS = sa.select(
+    memory_vectors.c.memory_pk, memory_vectors.c.scale, memory_vectors.c.vector
+).where(
+    memory_vectors.c.memory_pk.in_(sa.select(_KEYS.c.value)),
+    memory_vectors.c.model == sa.bindparam("model"),
+)
+"""The rescoring's read (`BLOB_READS["vectors"]`) with its keys as one JSON array."""
 
 
 class SqliteStore(SqlStore):
@@ -359,6 +380,19 @@ class SqliteStore(SqlStore):
             raise
         finally:
             WATCHDOG.release(token)
+
+    def _candidates_in(self, column: sa.Column[Any]) -> sa.ColumnElement[bool]:
+        # One JSON array parameter (`json_each`): the statement's text is the same whatever the
+        # count, so it is compiled once (by SQLAlchemy and by SQLite's statement cache), where
+        # IN renders and parses one placeholder per key.
+        keys = sa.func.json_each(sa.bindparam("candidates", type_=JsonKeys())).table_valued("value")
+        return column.in_(sa.select(keys.c.value))
+
+    def _blob_rows(self, conn: Connection, name: str, params: dict[str, Any]) -> Sequence[Any]:
+        # The same for the rescoring's keys: one JSON array, one statement text.
+        if name != "vectors":
+            return super()._blob_rows(conn, name, params)
+        return conn.execute(VECTORS_BY_KEYS, params).all()
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()

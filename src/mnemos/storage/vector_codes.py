@@ -10,12 +10,22 @@ the closest few hundred for exact scoring (`int8_scores`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
 SCORE_GROUP_ROWS = 8192  # vectors converted to float32 at once (12 MiB at 384 dimensions)
 
+PRESELECT = 10
+"""The first pass keeps `PRESELECT` times as many vectors by Hamming distance as it passes on
+to be scored exactly, and ranks those by `sign_scores` (bench/bit_recall.py)."""
+
 _POPCOUNT = np.asarray([bin(byte).count("1") for byte in range(256)], dtype=np.uint8)
+# +1/-1 for each bit of each byte value, in `np.packbits` order (the high bit first): 256 x 8.
+_BYTE_SIGNS = np.where(
+    np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1) > 0, 1.0, -1.0
+).astype(np.float32)
 
 
 def quantize(vectors: NDArray[np.float32]) -> tuple[NDArray[np.int8], NDArray[np.float32]]:
@@ -50,11 +60,56 @@ def hamming(bits: NDArray[np.uint8], probe: NDArray[np.uint8]) -> NDArray[np.int
     return looked_up.reshape(rows)
 
 
-def closest(distances: NDArray[np.int32], count: int) -> NDArray[np.intp]:
+def closest(distances: NDArray[Any], count: int) -> NDArray[np.intp]:
     """Indexes of the `count` smallest distances, in no particular order."""
     if len(distances) <= count:
         return np.arange(len(distances))
     return np.argpartition(distances, count - 1)[:count]
+
+
+def sign_scores(bits: NDArray[np.uint8], probe: NDArray[np.float32]) -> NDArray[np.float32]:
+    """The dot product of the unit vector `probe` with each row of `bits` read as a vector of
+    +1 (bit set) and -1 components: the query keeps its values, only the stored vectors are
+    reduced to signs, which ranks far closer to cosine than Hamming distance does (measured on
+    the bench's clusters: recall@10 0.86 -> 0.97 at 10,000 vectors, 400 rescored). A table per
+    byte position (the sum of `probe`'s 8 components under each of the 256 sign patterns) makes
+    it one lookup per byte of a row."""
+    width = bits.shape[1]
+    table = np.einsum("jk,bk->jb", probe.reshape(width, 8), _BYTE_SIGNS)
+    scores: NDArray[np.float32] = table[np.arange(width), bits].sum(axis=1, dtype=np.float32)
+    return scores
+
+
+def first_pass(
+    pks: NDArray[np.int64],
+    bits: NDArray[np.uint8],
+    probe: NDArray[np.float32],
+    count: int,
+    copies: int,
+) -> NDArray[np.int64]:
+    """The keys of the `count` memories to score exactly, out of all these sign bits: the
+    closest `PRESELECT × count` by Hamming distance (cheap: popcount), then the best `count` of
+    those by `sign_scores`. A key may appear up to `copies` times (a memory read through
+    several owners)."""
+    distances = hamming(bits, sign_bits(probe)[0])
+    near = closest(distances, PRESELECT * count * copies)
+    scores = sign_scores(bits[near], probe)
+    return closest_unique(pks[near], -scores, count, copies)
+
+
+def closest_unique(
+    pks: NDArray[np.int64], distances: NDArray[Any], count: int, copies: int
+) -> NDArray[np.int64]:
+    """The keys of the `count` distinct memories closest by `distances`, when each key may
+    appear up to `copies` times in `pks` (a memory read through several owners; its copies have
+    the same distance), in no particular order."""
+    picked = closest(distances, count * copies)
+    if copies <= 1:
+        return pks[picked]
+    keys, first = np.unique(pks[picked], return_index=True)
+    if len(keys) <= count:
+        return keys
+    return keys[closest(distances[picked][first], count)]
 
 
 def int8_scores(
