@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from numpy.typing import NDArray
 
@@ -698,6 +699,51 @@ def test_a_search_kept_too_long_has_expired(
     assert "search again" in error["message"]
 
 
+def test_each_caller_keeps_a_bounded_number_of_searches(
+    app_client: TestClient,
+    store: Store,
+    embedder: Embedder,
+    acme: dict[str, Actor],
+    database_url: str,
+) -> None:
+    """Every multi-page search keeps its answer for 30 minutes: a caller's newest
+    `kept_per_caller` are kept, an older one's cursor says "expired", and nobody else's
+    kept answers are touched."""
+    recaller = app_client.app.state.services.memories.recall  # type: ignore[attr-defined]
+    recaller.kept_per_caller = 3
+    writer, ann = acme["writer"], acme["ann"]
+    for text in RAFTING:
+        put(app_client, writer, text)
+    drain(store, embedder)
+    mine = [search(app_client, writer, "rafting", limit=2)["meta"]["next_cursor"]]
+    theirs = search(app_client, ann, "rafting", human=True, limit=2)["meta"]["next_cursor"]
+    mine += [
+        search(app_client, writer, "rafting", limit=2, mode=mode)["meta"]["next_cursor"]
+        for mode in ("keyword", "semantic", "hybrid")
+    ]
+    assert all(mine) and theirs
+    engine = sa.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        owners = conn.execute(
+            sa.text("SELECT owner, count(*) FROM search_pages GROUP BY owner")
+        ).all()
+    engine.dispose()
+    assert dict(owners) == {f"agent:{writer.id}": 3, f"user:{ann.id}": 1}
+
+    def next_page(actor: Actor, cursor: str, human: bool = False, **params: Any) -> Any:
+        path = "/api/v1/me/memories/search" if human else "/api/v1/agent/memories/search"
+        query = {"query": "rafting", "limit": 2, "cursor": cursor, **params}
+        return app_client.get(path, params=query, headers=actor.headers)
+
+    expired = next_page(writer, mine[0])
+    assert expired.status_code == 422 and expired.json()["error"]["details"] == {
+        "cursor": "expired"
+    }
+    assert next_page(writer, mine[1], mode="keyword").status_code == 200
+    assert next_page(writer, mine[3], mode="hybrid").status_code == 200
+    assert next_page(ann, theirs, human=True).status_code == 200
+
+
 def test_a_hybrid_cursor_continues_where_there_is_no_embedder(
     app_client: TestClient,
     settings: Settings,
@@ -727,7 +773,7 @@ def test_a_search_page_holds_at_most_max_limit(
     own = Audience(source_agent_id=uuid.UUID(writer.id), tenant_id=writer.tenant)
     query = MemoryQuery(audiences=(own,))
     with pytest.raises(InvalidPagination):
-        recaller.search(query, "tea", SearchMode.KEYWORD, recall.MAX_LIMIT + 1)
+        recaller.search(query, "tea", SearchMode.KEYWORD, recall.MAX_LIMIT + 1, caller="t")
 
 
 def test_another_organizations_words_change_nothing_here(

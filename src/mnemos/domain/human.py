@@ -108,7 +108,8 @@ class HumanMemoryService:
         search), with display fields read from the same state of the data."""
         query = self.query(ctx, params, filters)
         with self.store.snapshot():
-            found = self.memories.recall.search(query, text, mode, limit, cursor)
+            caller = f"user:{ctx.user.id}"
+            found = self.memories.recall.search(query, text, mode, limit, cursor, caller=caller)
             return found, self.display_fields(ctx, [r.memory for r in found.items])
 
     def page_with_display(

@@ -322,7 +322,7 @@ class MemoryService:
         `next_cursor` of the same search)."""
         require_memory_plan(ctx.owner, ctx.organization)
         query = self.agent_query(ctx, params, filters)
-        return self.recall.search(query, text, mode, limit, cursor)
+        return self.recall.search(query, text, mode, limit, cursor, caller=f"agent:{ctx.agent.id}")
 
     @staticmethod
     def agent_can_read(ctx: AgentContext, memory: Memory) -> bool:

@@ -77,9 +77,15 @@ class SearchPages(Protocol):
 
     @abc.abstractmethod
     def keep_search(
-        self, search_id: str, ranked: Sequence[tuple[uuid.UUID, float]], expires_at: datetime
+        self,
+        search_id: str,
+        ranked: Sequence[tuple[uuid.UUID, float]],
+        expires_at: datetime,
+        owner: str,
+        most: int,
     ) -> None:
-        """Keep `ranked` (memory ids and scores, in order) as `search_id` until `expires_at`."""
+        """Keep `ranked` (memory ids and scores, in order) as `search_id` until `expires_at`,
+        for `owner`, whose answers beyond its newest `most` (this one included) go."""
 
     @abc.abstractmethod
     def kept_search(self, search_id: str) -> list[tuple[uuid.UUID, float]] | None:

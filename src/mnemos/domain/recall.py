@@ -54,6 +54,7 @@ MAX_LIMIT = 50
 HYBRID_DEPTH = 100  # each leg of a hybrid search: its answer is at most twice this
 MAX_DEPTH = 200  # the most a keyword or semantic search answers (hybrid: 2 * HYBRID_DEPTH)
 KEPT_FOR = timedelta(minutes=30)  # how long a search's later pages can be read
+KEPT_PER_CALLER = 100  # answers kept per caller: a newer search drops its oldest kept answer
 EMBED_LEASE = timedelta(seconds=30)
 
 
@@ -90,11 +91,13 @@ class Recall:
         embedder: Embedder | None,
         codec: CursorCodec,
         max_query_chars: int = 500,
+        kept_per_caller: int = KEPT_PER_CALLER,
     ):
         self.store = store
         self.embedder = embedder
         self.codec = codec
         self.max_query_chars = max_query_chars
+        self.kept_per_caller = kept_per_caller
 
     def check_text(self, text: str) -> str:
         if len(text) > self.max_query_chars:
@@ -110,11 +113,15 @@ class Recall:
         mode: SearchMode,
         limit: int,
         cursor: str | None = None,
+        *,
+        caller: str,
     ) -> Recalled:
         """The best `limit` (1 to `MAX_LIMIT`) memories of `query` for `text`, or the next
         `limit` of this same search's answer after `cursor` (its previous page's
         `next_cursor`). A full-text search already on the query (a list's `content_query`) is
-        the keyword leg as given; else `text` is parsed."""
+        the keyword leg as given; else `text` is parsed. `caller` names who searches: each
+        caller keeps at most `kept_per_caller` answers for later pages (its oldest cursor then
+        says "expired"), so no caller can fill the database with them."""
         self.check_text(text)
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidPagination(
@@ -132,7 +139,7 @@ class Recall:
         if len(ordered) > limit:
             kept = secrets.token_urlsafe(18)
             rest = [(ranked.memory.id, ranked.score) for ranked in ordered[limit:]]
-            self.store.keep_search(kept, rest, utcnow() + KEPT_FOR)
+            self.store.keep_search(kept, rest, utcnow() + KEPT_FOR, caller, self.kept_per_caller)
             next_cursor = self.codec.encode_recall(RecallPosition(key, meta["mode"], kept, 0))
         meta.update(has_more=next_cursor is not None, next_cursor=next_cursor)
         return Recalled(ordered[:limit], meta)

@@ -265,13 +265,18 @@ ended_sessions = sa.Table(
 
 # The ordered answer of a search with more than one page (`domain/recall.py`): its later pages
 # read the next ids from here, so they neither repeat nor skip. `ranked` is 24 bytes per memory
-# (16 of id, 8 of score, little-endian double). Kept until `expires_at`.
+# (16 of id, 8 of score, little-endian double). Kept until `expires_at`, or until its owner has
+# kept `KEPT_PER_CALLER` newer ones.
 search_pages = sa.Table(
     "search_pages",
     metadata,
     sa.Column("search_id", sa.String(64), primary_key=True),
     sa.Column("expires_at", UTCDateTime(), nullable=False, index=True),
     sa.Column("ranked", sa.LargeBinary(), nullable=False),
+    # Who searched (an agent or a person, `domain/recall.py`): each keeps at most
+    # `KEPT_PER_CALLER` answers, its oldest going first (migration 0017).
+    sa.Column("owner", sa.String(64), nullable=False, server_default=""),
+    sa.Index("ix_search_pages_owner", "owner", "expires_at"),
 )
 
 tuya_devices = sa.Table(

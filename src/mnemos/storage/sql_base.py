@@ -359,13 +359,20 @@ class SqlBase(abc.ABC):
         return bytes(value)
 
     def _remember_until(
-        self, table: sa.Table, key: str, expires_at: datetime, durable: bool = True, **values: Any
+        self,
+        table: sa.Table,
+        key: str,
+        expires_at: datetime,
+        *,
+        durable: bool = True,
+        then: sa.Executable | None = None,
+        **values: Any,
     ) -> bool:
         """Keep `key` (the primary key of `table`, which has an `expires_at`; `values` fill its
         other columns) until `expires_at`; False if it is already kept. A few expired rows go
         first, skipping those another writer is deleting (PostgreSQL): concurrent callers
-        neither wait for nor deadlock on each other, and the table shrinks under any load. Only
-        the primary reads these tables."""
+        neither wait for nor deadlock on each other, and the table shrinks under any load.
+        `then` runs last in the same transaction. Only the primary reads these tables."""
         (column,) = table.primary_key.columns
         expired = (
             sa.select(column)
@@ -381,6 +388,8 @@ class SqlBase(abc.ABC):
             inserted = conn.execute(
                 self._insert_ignore(table).values(row).returning(column)
             ).first()
+            if then is not None:
+                conn.execute(then)
         return inserted is not None
 
     def end_session(self, session_id: str, expires_at: datetime) -> None:
@@ -395,11 +404,35 @@ class SqlBase(abc.ABC):
             return conn.execute(query).first() is not None
 
     def keep_search(
-        self, search_id: str, ranked: Sequence[tuple[uuid.UUID, float]], expires_at: datetime
+        self,
+        search_id: str,
+        ranked: Sequence[tuple[uuid.UUID, float]],
+        expires_at: datetime,
+        owner: str,
+        most: int,
     ) -> None:
         packed = b"".join(memory_id.bytes + _SCORE.pack(score) for memory_id, score in ranked)
+        P = search_pages.c
+        # The owner's answers past its newest `most` go (those another writer is deleting are
+        # skipped, as in `_remember_until`: the bound holds once both commit).
+        older = (
+            sa.select(P.search_id)
+            .where(P.owner == owner)
+            .order_by(P.expires_at.desc(), P.search_id.desc())
+            .offset(most)
+            .with_for_update(skip_locked=True)
+        )
+        trim = search_pages.delete().where(P.search_id.in_(older))
         # A kept answer is a cache: lost in a crash, its cursor says "expired" (search again).
-        self._remember_until(search_pages, search_id, expires_at, durable=False, ranked=packed)
+        self._remember_until(
+            search_pages,
+            search_id,
+            expires_at,
+            durable=False,
+            then=trim,
+            ranked=packed,
+            owner=owner,
+        )
 
     def _commit_lazily(self, conn: Connection) -> None:  # noqa: ARG002
         """Let this write transaction's commit return before it reaches the disk (a dialect
