@@ -1,4 +1,4 @@
-"""Migration 0017: every memory-side row gets its tenant from what it already holds, and the
+"""Migration 0018: every memory-side row gets its tenant from what it already holds, and the
 keys lead with it (PostgreSQL) or gain unique indexes with it (SQLite); down and up again."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from mnemos.storage.schema import (
 from tests.conftest import BACKENDS
 from tests.test_migration_tuya import _without_tenant, fresh_database
 
-BEFORE = "0016_vector_scope_keys"
+BEFORE = "0017_search_owner"
 MEMORY_SIDE = ("memories", "memory_history", "idempotency_keys", "erasures")
 
 
@@ -57,7 +57,7 @@ def _memory(**fields: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_0017_fills_every_tenant_and_goes_down_and_up(backend: str, tmp_path: Path) -> None:
+def test_0018_fills_every_tenant_and_goes_down_and_up(backend: str, tmp_path: Path) -> None:
     with fresh_database(backend, tmp_path) as url:
         migrate(Settings(database_url=url), BEFORE)
         now = utcnow()

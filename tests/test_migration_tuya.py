@@ -26,7 +26,7 @@ from tests.live.conftest import _database_for
 
 
 def _without_tenant(table: sa.Table) -> sa.Table:
-    """`table` as it was before migration 0017 (no `tenant_id`), to write rows before it."""
+    """`table` as it was before migration 0018 (no `tenant_id`), to write rows before it."""
     columns = [sa.Column(c.name, c.type) for c in table.c if c.name != "tenant_id"]
     return sa.Table(table.name, sa.MetaData(), *columns)
 

@@ -63,7 +63,7 @@ def test_memory_side_keys_lead_with_the_tenant() -> None:
 def test_the_migrated_postgres_database_has_the_same_keys(store: Store) -> None:
     with store._read() as conn:  # type: ignore[attr-defined]
         if conn.dialect.name != "postgresql":
-            return  # SQLite keeps `pk` as its rowid (migration 0017)
+            return  # SQLite keeps `pk` as its rowid (migration 0018)
         inspector = sa.inspect(conn)
         for name in MEMORY_SIDE:
             key = inspector.get_pk_constraint(name)["constrained_columns"]

@@ -181,14 +181,14 @@ def test_a_database_that_holds_data_is_refused_unless_merged(
 def test_a_file_from_before_tenants_gets_them_on_import(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:
-    """A file written before revision 0017 (no `tenant_id`, no `subject_tenants`) imports, each
+    """A file written before revision 0018 (no `tenant_id`, no `subject_tenants`) imports, each
     row getting the tenant the migration would have given it: every answer is the same."""
     people, agents, _ = build(client, world)
     cursors: dict[str, str] = {}
     expected = answers(client, people, agents, cursors)
     export = dump(database_url)
     lines = export.splitlines()
-    header = orjson.loads(lines[0]) | {"revision": "0016_vector_scope_keys"}
+    header = orjson.loads(lines[0]) | {"revision": "0017_search_owner"}
     old = [orjson.dumps(header)]
     for line in lines[1:-1]:
         record = orjson.loads(line)

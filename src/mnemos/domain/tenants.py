@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from mnemos.domain.models import AgentContext, UserContext
 
 UNKNOWN = uuid.UUID(int=0)
-"""The tenant of rows that named none when tenants were added (migration 0017)."""
+"""The tenant of rows that named none when tenants were added (migration 0018)."""
 
 
 def tenant_of(organization_id: uuid.UUID | None, person_id: uuid.UUID) -> uuid.UUID:

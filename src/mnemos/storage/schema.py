@@ -149,7 +149,7 @@ ACTIVE_TUYA_SLOT = sa.text("status = 'active' AND tuya_slot IS NOT NULL")
 # `domain/tenants.py`), which leads every primary key and unique constraint, so that Citus can
 # distribute these tables by it (docs/deploying.md, "Sharding by tenant"). The tables above are
 # accounts: small, reference tables there. SQLite keeps `pk` as its rowid (FTS5 and vectors key
-# on it): there, the composite keys are unique indexes (migration 0017).
+# on it): there, the composite keys are unique indexes (migration 0018).
 MEMORY_SIDE = (
     "memories",
     "memory_history",

@@ -202,7 +202,7 @@ def _load(
     first = 0
     size = BATCH_ROWS if loader is None else BULK_BATCH_ROWS
     for number, name, row in _records(stream, progress):
-        if name in MEMORY_SIDE and "tenant_id" not in row:  # a file from before revision 0017
+        if name in MEMORY_SIDE and "tenant_id" not in row:  # a file from before revision 0018
             row["tenant_id"] = UNNAMED
         if name != current or len(batch) >= size:
             if current is not None:
@@ -271,7 +271,7 @@ def _not_held(
 
 
 UNNAMED = str(UNKNOWN)
-"""The tenant a row of a file written before tenants (revision 0017) is loaded with, until
+"""The tenant a row of a file written before tenants (revision 0018) is loaded with, until
 `_name_tenants` names the right one."""
 _AGENT_TENANT = (
     "(SELECT COALESCE(u.organization_id, u.id) FROM agents a JOIN users u ON u.id = a.owner_id "
@@ -285,7 +285,7 @@ TENANTS_OF_OLD_ROWS = (
     "WHERE m.id = memory_history.memory_id), :unknown) WHERE tenant_id = :unknown",
     "UPDATE erasures SET tenant_id = subject_id WHERE tenant_id = :unknown",
 )
-"""The rule of `domain/tenants.py` in SQL, as migration 0017 applies it to rows that held no
+"""The rule of `domain/tenants.py` in SQL, as migration 0018 applies it to rows that held no
 tenant (idempotency keys are never exported)."""
 SUBJECT_TENANTS = (
     "INSERT INTO subject_tenants (subject_id, tenant_id) SELECT subject_id, tenant_id FROM "
@@ -295,7 +295,7 @@ SUBJECT_TENANTS = (
     "AND t.tenant_id = found.tenant_id)"
 )
 """Which tenants hold memories about whom, for what the file brought (a file from before
-revision 0017 carries no `subject_tenants`)."""
+revision 0018 carries no `subject_tenants`)."""
 
 
 def _name_tenants(conn: Connection) -> None:

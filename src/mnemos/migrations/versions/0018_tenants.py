@@ -15,8 +15,8 @@ without a tenant instead of a NOT NULL.
 Rows that name no tenant anywhere (history of memories deleted before this revision, a memory
 whose agent is gone) get the nil UUID, a tenant of their own (`domain/tenants.py`, `UNKNOWN`).
 
-Revision ID: 0017_tenants
-Revises: 0016_vector_scope_keys
+Revision ID: 0018_tenants
+Revises: 0017_search_owner
 Create Date: 2026-12-02
 """
 
@@ -27,8 +27,8 @@ import uuid
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017_tenants"
-down_revision = "0016_vector_scope_keys"
+revision = "0018_tenants"
+down_revision = "0017_search_owner"
 branch_labels = None
 depends_on = None
 
