@@ -1,10 +1,9 @@
-"""The search seam: full-text relevance order, its `(score, id)` cursors, on every backend."""
+"""The full-text ranker behind keyword search: relevance order and visibility, on every backend."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,10 +11,10 @@ from fastapi.testclient import TestClient
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.memories import AgentListParams, MemoryService
 from mnemos.domain.models import AgentContext
-from mnemos.domain.pagination import CursorCodec, Position, RankPosition
+from mnemos.domain.pagination import CursorCodec
 from mnemos.domain.queries import Audience, Filters, MemoryQuery, Order
+from mnemos.domain.recall import Recalled, SearchMode
 from mnemos.domain.search import parse_search
-from mnemos.errors import InvalidPagination, MnemosError
 from mnemos.storage.base import Store
 from tests.api.test_band_agent import listed
 from tests.api.test_band_agent import store as put
@@ -52,24 +51,33 @@ def agent(client: TestClient, world: World) -> Actor:
     return agent
 
 
+def keyword(
+    service: MemoryService,
+    ctx: AgentContext,
+    params: AgentListParams,
+    text: str,
+    limit: int,
+    cursor: str | None = None,
+) -> Recalled:
+    return service.recall_as_agent(ctx, params, Filters(), text, SearchMode.KEYWORD, limit, cursor)
+
+
 def test_best_first_with_scores(store: Store, service: MemoryService, agent: Actor) -> None:
-    page = service.search_as_agent(context(store, agent), AgentListParams(), filters("tea"), 10)
-    contents = [ranked.memory.content for ranked in page.items]
+    found = keyword(service, context(store, agent), AgentListParams(), "tea", 10)
+    contents = [ranked.memory.content for ranked in found.items]
     assert contents[0] == TEXTS[1]  # the most occurrences ranks first on both backends
     assert set(contents) == set(TEXTS[:3])
-    scores = [ranked.score for ranked in page.items]
+    scores = [ranked.score for ranked in found.items]
     assert scores == sorted(scores, reverse=True) and scores[-1] > 0
-    assert page.meta == {"has_more": False, "limit": 10, "next_cursor": None}
+    assert found.meta["has_more"] is False and found.meta["next_cursor"] is None
 
 
-def test_rank_cursor_walks_the_same_order(
-    store: Store, service: MemoryService, agent: Actor
-) -> None:
+def test_pages_walk_the_same_order(store: Store, service: MemoryService, agent: Actor) -> None:
     ctx, params = context(store, agent), AgentListParams(memory_scope="org", scope="all")
-    whole = service.search_as_agent(ctx, params, filters("tea"), 10).items
+    whole = keyword(service, ctx, params, "tea", 10).items
     walked, cursor = [], None
     while True:
-        page = service.search_as_agent(ctx, params, filters("tea"), 1, cursor)
+        page = keyword(service, ctx, params, "tea", 1, cursor)
         walked += page.items
         cursor = page.meta["next_cursor"]
         if cursor is None:
@@ -84,27 +92,14 @@ def test_ranking_keeps_visibility(
     other = world.agent(world.user("Other", "ranking"))
     put(client, other, "tea tea tea tea, private", scope="agent")
     put(client, other, "tea for the organization", scope="organization")
-    page = service.search_as_agent(
-        context(store, agent), AgentListParams(memory_scope="org"), filters("tea"), 10
-    )
-    contents = {ranked.memory.content for ranked in page.items}
+    found = keyword(service, context(store, agent), AgentListParams(memory_scope="org"), "tea", 10)
+    contents = {ranked.memory.content for ranked in found.items}
     assert "tea for the organization" in contents
     assert "tea tea tea tea, private" not in contents
 
 
 def test_newest_first_lists_are_unchanged(client: TestClient, agent: Actor) -> None:
     assert listed(client, agent, content_query="tea") == [TEXTS[2], TEXTS[1], TEXTS[0]]
-
-
-def test_cursor_kinds_do_not_mix() -> None:
-    codec = CursorCodec(b"k" * 32)
-    ranked = codec.encode_rank(RankPosition(1.5, uuid.UUID(int=1)))
-    assert codec.decode_rank(ranked) == RankPosition(1.5, uuid.UUID(int=1))
-    with pytest.raises(InvalidPagination):
-        codec.decode(ranked)
-    newest = codec.encode(Position(datetime(2026, 1, 1, tzinfo=UTC), uuid.UUID(int=2)))
-    with pytest.raises(InvalidPagination):
-        codec.decode_rank(newest)
 
 
 def test_orders_and_stores_refuse_each_other(store: Store) -> None:
@@ -116,8 +111,3 @@ def test_orders_and_stores_refuse_each_other(store: Store) -> None:
         store.list_memories(ranked, limit=1)
     with pytest.raises(ValueError):
         store.rank_memories(replace(ranked, order=Order.NEWEST), limit=1)
-
-
-def test_relevance_needs_a_search(store: Store, service: MemoryService, agent: Actor) -> None:
-    with pytest.raises(MnemosError):
-        service.search_as_agent(context(store, agent), AgentListParams(), Filters(), 10)

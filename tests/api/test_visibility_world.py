@@ -16,6 +16,7 @@ from mnemos.domain.accounts import hash_key
 from mnemos.domain.memories import AgentListParams, MemoryService
 from mnemos.domain.pagination import CursorCodec
 from mnemos.domain.queries import ALL_STATUSES, Filters
+from mnemos.domain.recall import SearchMode
 from mnemos.domain.search import parse_search
 from tests.api.test_band_human import room
 from tests.reference import M, Model
@@ -208,8 +209,8 @@ def test_every_actor_sees_exactly_what_design_says(client: TestClient, world: Wo
 
 
 def test_ranked_search_sees_what_the_list_sees(client: TestClient, world: World) -> None:
-    """Relevance order ranks the same memories the newest-first list returns (every memory's
-    content holds the word "by"), across pages of its `(score, id)` cursor."""
+    """Keyword search ranks the same memories the newest-first list returns (every memory's
+    content holds the word "by"), across the pages of its cursor."""
     _, agents, model = build(client, world)
     service = MemoryService(world.store, CursorCodec(b"k" * 32))
     every = Filters(statuses=ALL_STATUSES, search=parse_search("by", 100))
@@ -224,7 +225,9 @@ def test_ranked_search_sees_what_the_list_sees(client: TestClient, world: World)
             ids: list[str] = []
             cursor = None
             while True:
-                page = service.search_as_agent(ctx, params, every, 7, cursor)
+                page = service.recall_as_agent(
+                    ctx, params, every, "by", SearchMode.KEYWORD, 7, cursor
+                )
                 ids += [str(ranked.memory.id) for ranked in page.items]
                 cursor = page.meta["next_cursor"]
                 if cursor is None:

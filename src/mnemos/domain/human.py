@@ -10,7 +10,7 @@ from typing import Any, Literal, Protocol
 
 from mnemos.domain.history import by_user
 from mnemos.domain.ids import try_uuid, utcnow
-from mnemos.domain.memories import MemoryPage, MemoryService, RankedPage
+from mnemos.domain.memories import MemoryPage, MemoryService
 from mnemos.domain.models import Memory, Owners, Status, UserContext
 from mnemos.domain.pagination import PageRequest
 from mnemos.domain.people import actor_of, sees_agent, sees_user
@@ -27,7 +27,7 @@ from mnemos.domain.visibility import (
     require_memory_plan,
     shows,
 )
-from mnemos.errors import Forbidden, MemoryNotArchived, NotFound, invalid_field
+from mnemos.errors import Forbidden, MemoryNotArchived, NotFound
 
 HumanView = Literal["about_me", "organization", "room", "all"]
 """Which of (a)-(d) a person's list shows (wire: the human API's `scope`); not a memory `Scope`."""
@@ -71,20 +71,6 @@ class HumanMemoryService:
         self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
     ) -> MemoryPage:
         return self.memories.page(self.query(ctx, params, filters), request)
-
-    def search_page(
-        self,
-        ctx: UserContext,
-        params: HumanListParams,
-        filters: Filters,
-        limit: int,
-        cursor: str | None = None,
-    ) -> RankedPage:
-        """The same list, best match for `filters.search` first (full-text relevance)."""
-        if filters.search is None:
-            raise invalid_field("content_query", "is required to rank by relevance")
-        query = self.query(ctx, params, filters, Order.RELEVANCE)
-        return self.memories.ranked_page(query, limit, cursor)
 
     def may_change(self, ctx: UserContext, items: list[Memory]) -> set[uuid.UUID]:
         """Which of `items` the person may delete, supersede, archive or restore (the rule of

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Literal, Protocol
@@ -37,9 +37,8 @@ from mnemos.domain.pagination import (
     offset_meta,
 )
 from mnemos.domain.ports import MemoryStore, RoomStore, SearchPages, VectorStore
-from mnemos.domain.queries import Filters, MemoryQuery, Order
+from mnemos.domain.queries import Filters, MemoryQuery
 from mnemos.domain.recall import Recall, Recalled, SearchMode, query_words
-from mnemos.domain.search import Ranked, Ranker
 from mnemos.domain.tenants import agent_reach, agent_tenant
 from mnemos.domain.values import check_metadata, check_text
 from mnemos.domain.visibility import (
@@ -122,12 +121,6 @@ ScopeFilter = Literal["agent", "subject", "organization", "all"]
 
 
 @dataclass(frozen=True)
-class RankedPage:
-    items: list[Ranked]
-    meta: dict[str, Any]
-
-
-@dataclass(frozen=True)
 class AgentListParams:
     memory_scope: Whose = "me"
     scope: ScopeFilter | None = None
@@ -152,7 +145,6 @@ class MemoryService:
         rank_content_query: bool = False,
     ):
         self.store = store
-        self.ranker: Ranker = store  # full-text relevance; semantic search brings its own
         self.codec = codec
         self.max_content_chars = max_content_chars
         self.recall = recall or Recall(store, None, codec)
@@ -198,16 +190,6 @@ class MemoryService:
         found, _ = self.recall.answer(query, text, SearchMode.HYBRID, request.limit)
         items = [r.memory for r in found[: request.limit]]
         return MemoryPage(items, cursor_meta(request, None), deprecated=False)
-
-    def ranked_page(self, query: MemoryQuery, limit: int, cursor: str | None) -> RankedPage:
-        """One page of a relevance-ordered query, best first, continued by a `(score, id)`
-        cursor (`cursor`, from the previous page's `next_cursor`)."""
-        after = self.codec.decode_rank(cursor) if cursor is not None else None
-        rows = list(self.ranker.rank_memories(query, limit=limit + 1, after=after))
-        items = rows[:limit]
-        next_cursor = self.codec.encode_rank(items[-1].position) if len(rows) > limit else None
-        meta = {"has_more": next_cursor is not None, "limit": limit, "next_cursor": next_cursor}
-        return RankedPage(items, meta)
 
     def validate_draft(self, draft: MemoryDraft) -> None:
         check_text(draft.content, "content")
@@ -291,21 +273,6 @@ class MemoryService:
     ) -> MemoryPage:
         require_memory_plan(ctx.owner, ctx.organization)
         return self.page(self.agent_query(ctx, params, filters), request)
-
-    def search_as_agent(
-        self,
-        ctx: AgentContext,
-        params: AgentListParams,
-        filters: Filters,
-        limit: int,
-        cursor: str | None = None,
-    ) -> RankedPage:
-        """The agent list of `params` and `filters`, ranked by relevance to `filters.search`."""
-        require_memory_plan(ctx.owner, ctx.organization)
-        if filters.search is None:
-            raise invalid_field("content_query", "is required to rank by relevance")
-        query = replace(self.agent_query(ctx, params, filters), order=Order.RELEVANCE)
-        return self.ranked_page(query, limit, cursor)
 
     def recall_as_agent(
         self,

@@ -39,15 +39,6 @@ class Position:
 
 
 @dataclass(frozen=True)
-class RankPosition:
-    """A place in a best-first order: strictly after this row (lower score, or equal score and
-    lower id). Scores come from the ranker and may shift as memories are added."""
-
-    score: float
-    id: uuid.UUID
-
-
-@dataclass(frozen=True)
 class RecallPosition:
     """A place in one search's answer (`domain/recall.py`): the search named by `search` (a
     digest of its words, mode and audience), answered by `mode` (`keyword` when hybrid fell
@@ -100,9 +91,6 @@ class CursorCodec:
     def encode(self, position: Position) -> str:
         return self._seal({"t": iso(position.inserted_at), "i": str(position.id)})
 
-    def encode_rank(self, position: RankPosition) -> str:
-        return self._seal({"s": position.score, "i": str(position.id)})
-
     def encode_recall(self, position: RecallPosition) -> str:
         p = position
         return self._seal({"k": p.search, "m": p.mode, "p": p.kept, "o": p.offset})
@@ -113,16 +101,6 @@ class CursorCodec:
         try:
             moment = datetime.fromisoformat(data["t"].replace("Z", "+00:00"))
             return Position(moment, uuid.UUID(data["i"]))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise _malformed() from None
-
-    def decode_rank(self, cursor: str) -> RankPosition:
-        """The position a ranked list's cursor names, or `invalid_pagination`."""
-        data = self._open(cursor)
-        try:
-            if "k" in data:
-                raise TypeError("a search's cursor")
-            return RankPosition(_number(data["s"]), uuid.UUID(data["i"]))
         except (ValueError, KeyError, TypeError, AttributeError):
             raise _malformed() from None
 
@@ -156,12 +134,6 @@ class CursorCodec:
             return json.loads(_unb64(payload))
         except ValueError:
             raise _malformed() from None
-
-
-def _number(value: Any) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise TypeError("not a number")
-    return float(value)
 
 
 def _malformed() -> InvalidPagination:

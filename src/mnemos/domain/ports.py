@@ -38,7 +38,7 @@ from mnemos.domain.models import (
     User,
     UserContext,
 )
-from mnemos.domain.pagination import Position, RankPosition
+from mnemos.domain.pagination import Position
 from mnemos.domain.queries import MemoryQuery
 from mnemos.domain.search import Ranked
 from mnemos.domain.tenants import Tenants
@@ -163,9 +163,7 @@ class MemoryStore(Protocol):
         """
 
     @abc.abstractmethod
-    def rank_memories(
-        self, query: MemoryQuery, *, limit: int, after: RankPosition | None = None
-    ) -> Sequence[Ranked]:
+    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Ranked]:
         """The full-text `Ranker`: up to `limit` memories matching `query` (which must have a
         search and `Order.RELEVANCE`), best first by `(score, id)`, within the search budget.
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from mnemos.domain.models import Memory
-from mnemos.domain.pagination import RankPosition
 from mnemos.errors import invalid_field
 
 if TYPE_CHECKING:
@@ -81,19 +80,13 @@ class Ranked:
     memory: Memory
     score: float
 
-    @property
-    def position(self) -> RankPosition:
-        return RankPosition(self.score, self.memory.id)
-
 
 class Ranker(Protocol):
     """Ranks the memories a query may return, best first."""
 
-    def rank_memories(
-        self, query: MemoryQuery, *, limit: int, after: RankPosition | None = None
-    ) -> Sequence[Ranked]:
+    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Ranked]:
         """Up to `limit` memories matching `query` (its audiences, filters and search), best
-        first by `(score, id)`; `after` continues strictly after that position."""
+        first by `(score, id)`."""
         ...
 
 

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 
 from mnemos.domain.history import SERVER, STATUS_EVENTS
 from mnemos.domain.models import ChangedBy, HistoryEvent, Memory, Status
-from mnemos.domain.pagination import Position, RankPosition
+from mnemos.domain.pagination import Position
 from mnemos.domain.queries import FILTER_NAMES, MemoryQuery, Order
 from mnemos.domain.search import Ranked
 from mnemos.domain.tenants import Tenants
@@ -322,28 +322,23 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         return statement
 
     @replica_read
-    def rank_memories(
-        self, query: MemoryQuery, *, limit: int, after: RankPosition | None = None
-    ) -> Sequence[Ranked]:
+    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Ranked]:
         if query.search is None or query.order is not Order.RELEVANCE:
             raise ValueError("rank_memories needs a search in relevance order")
         if not query.audiences:
             return []
         params = self._list_params(query, None)
-        shape = (*self._shape("rank", query, params), after is not None)
+        shape = self._shape("rank", query, params)
         params["limit"] = limit
-        if after is not None:
-            params["after_score"] = after.score
-            params["after_id"] = after.id
         statement = self._statements.get(shape)
         if statement is None:
-            statement = self._ranked_statement(query, after is not None)
+            statement = self._ranked_statement(query)
             self._remember(shape, statement)
         with self._search_read() as conn, self._search_budget(conn):
             rows = conn.execute(statement, params)
             return [Ranked(to_memory(row[1:]), float(row[0])) for row in rows]
 
-    def _ranked_statement(self, query: MemoryQuery, after: bool) -> sa.Select[Any]:
+    def _ranked_statement(self, query: MemoryQuery) -> sa.Select[Any]:
         """`(score, *MEMORY_COLUMNS)` of the best matches: each audience's matches scored, a
         memory in several audiences counted once, ordered by `(score, id)` descending."""
         branches = []
@@ -367,14 +362,6 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         statement = sa.select(best.c.score, *MEMORY_COLUMNS).join(
             best, sa.and_(best.c.tenant_id == M.tenant_id, best.c.id == M.id)
         )
-        if after:
-            at = sa.bindparam("after_score", type_=sa.Float())
-            statement = statement.where(
-                sa.or_(
-                    best.c.score < at,
-                    sa.and_(best.c.score == at, M.id < sa.bindparam("after_id", type_=sa.Uuid())),
-                )
-            )
         return statement.order_by(best.c.score.desc(), M.id.desc()).limit(
             sa.bindparam("limit", type_=sa.Integer())
         )
