@@ -44,10 +44,15 @@ OWNERS = (
 )
 SCOPES = {"agent": "a", "subject": "s", "organization": "o"}
 KEYED = ("memory_vectors", "vector_queue")
-BACKFILL = (
-    "UPDATE {table} SET tenant_id = (SELECT m.tenant_id FROM memories m "
-    "WHERE m.pk = {table}.memory_pk)"
-)
+# Each row's tenant from its memory: on PostgreSQL by one join (`memories.pk` alone has no
+# index there since 0018: a correlated lookup would scan `memories` once per row), on SQLite by
+# rowid.
+BACKFILL = {
+    True: "UPDATE {table} SET tenant_id = m.tenant_id FROM memories m "
+    "WHERE m.pk = {table}.memory_pk",
+    False: "UPDATE {table} SET tenant_id = (SELECT m.tenant_id FROM memories m "
+    "WHERE m.pk = {table}.memory_pk)",
+}
 POSTGRES_QUEUE = (
     "CREATE OR REPLACE FUNCTION mnemos_queue_vector() RETURNS trigger LANGUAGE plpgsql AS $$ "
     "BEGIN INSERT INTO vector_queue({columns}) VALUES ({values}); RETURN NULL; END $$"
@@ -111,7 +116,7 @@ def upgrade() -> None:
     op.drop_table("vector_tail")
     for table in KEYED:
         op.add_column(table, sa.Column("tenant_id", sa.Uuid(), nullable=True))
-        op.execute(BACKFILL.format(table=table))
+        op.execute(BACKFILL[postgres].format(table=table))
         op.execute(f"DELETE FROM {table} WHERE tenant_id IS NULL")  # its memory is gone
         if postgres:
             op.alter_column(table, "tenant_id", nullable=False)
@@ -199,7 +204,17 @@ def _rebuild(tenants: bool) -> None:
     never changes)."""
     bind = op.get_bind()
     vectors, tail, chunks = _tables(tenants)
-    after = -1
+    # Walked in the order of `memory_vectors`' key, each joined to its memory by its key (with
+    # the tenant, the primary key of both on PostgreSQL).
+    if tenants:
+        key = [vectors.c.tenant_id, vectors.c.memory_pk]
+        joined = sa.and_(
+            memories.c.tenant_id == vectors.c.tenant_id, memories.c.pk == vectors.c.memory_pk
+        )
+    else:
+        key = [vectors.c.memory_pk]
+        joined = memories.c.pk == vectors.c.memory_pk
+    after: tuple[Any, ...] | None = None
     while True:
         rows = bind.execute(
             sa.select(
@@ -207,10 +222,11 @@ def _rebuild(tenants: bool) -> None:
                 memories.c.tenant_id,
                 memories.c.scope,
                 *(memories.c[c] for c, _ in OWNERS),
+                *key,
             )
-            .join(vectors, vectors.c.memory_pk == memories.c.pk)
-            .where(memories.c.pk > after)
-            .order_by(memories.c.pk)
+            .select_from(vectors.join(memories, joined))
+            .where(sa.true() if after is None else sa.tuple_(*key) > sa.tuple_(*after))
+            .order_by(*key)
             .limit(BATCH)
         ).all()
         if not rows:
@@ -224,23 +240,28 @@ def _rebuild(tenants: bool) -> None:
                     **({"tenant_id": row[1]} if tenants else {}),
                 }
                 for row in rows
-                for (_, prefix), value in zip(OWNERS, row[3:], strict=True)
+                for (_, prefix), value in zip(OWNERS, row[3 : 3 + len(OWNERS)], strict=True)
                 if value is not None
             ],
         )
-        after = rows[-1][0]
-    key = [tail.c.tenant_id] if tenants else []
-    join = vectors.c.memory_pk == tail.c.memory_pk
+        after = tuple(rows[-1][-len(key) :])
+    lead = [tail.c.tenant_id] if tenants else []
     full = bind.execute(
-        sa.select(*key, tail.c.owner, vectors.c.model)
-        .join(vectors, join)
-        .group_by(*key, tail.c.owner, vectors.c.model)
+        sa.select(*lead, tail.c.owner, vectors.c.model)
+        .join(vectors, _tail_join(vectors, tail, tenants))
+        .group_by(*lead, tail.c.owner, vectors.c.model)
         .having(sa.func.count() >= CHUNK_ROWS)
-        .order_by(*key, tail.c.owner, vectors.c.model)
+        .order_by(*lead, tail.c.owner, vectors.c.model)
     ).all()
     for found in full:
         tenant = found[0] if tenants else None
         _seal(bind, (vectors, tail, chunks), tenant, found[-2], found[-1])
+
+
+def _tail_join(vectors: Any, tail: Any, tenants: bool) -> sa.ColumnElement[bool]:
+    """A tail row's vector, by `memory_vectors`' key."""
+    joined = vectors.c.memory_pk == tail.c.memory_pk
+    return sa.and_(vectors.c.tenant_id == tail.c.tenant_id, joined) if tenants else joined
 
 
 def _seal(
@@ -263,7 +284,7 @@ def _seal(
     while True:
         rows = bind.execute(
             sa.select(vectors.c.memory_pk, vectors.c.scale, vectors.c.vector)
-            .join(tail, tail.c.memory_pk == vectors.c.memory_pk)
+            .join(tail, _tail_join(vectors, tail, tenant is not None))
             .where(*mine, vectors.c.model == model)
             .order_by(vectors.c.memory_pk)
             .limit(CHUNK_ROWS)
