@@ -34,10 +34,11 @@ MODEL = "scan"
 
 def write_owner(
     store: SqlStore, url: str, rows: int, rng: np.random.Generator
-) -> tuple[str, np.ndarray]:
+) -> tuple[uuid.UUID, str, np.ndarray]:
     """A fresh owner with `rows` vectors (memory keys far above the real ones: `memory_vectors`
     rows without memories, written on a connection that does not check foreign keys)."""
-    owner = "o" + uuid.uuid4().hex
+    owner = "oo" + uuid.uuid4().hex  # an organization's, in a tenant of its own
+    tenant = uuid.uuid4()
     vectors = rng.standard_normal((rows, 384)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     quantized, scales = quantize(vectors)
@@ -55,6 +56,7 @@ def write_owner(
                 memory_vectors.insert(),
                 [
                     {
+                        "tenant_id": tenant,
                         "memory_pk": base + i,
                         "model": MODEL,
                         "scale": float(scales[i]),
@@ -67,6 +69,7 @@ def write_owner(
             end = min(rows, start + CHUNK_ROWS)
             conn.execute(
                 vector_chunks.insert().values(
+                    tenant_id=tenant,
                     owner=owner,
                     seq=seq,
                     model=MODEL,
@@ -78,7 +81,7 @@ def write_owner(
                 )
             )
     engine.dispose()
-    return owner, vectors
+    return tenant, owner, vectors
 
 
 def percentiles(times: list[float]) -> dict[str, float]:
@@ -102,16 +105,16 @@ def main() -> None:
     rng = np.random.default_rng(3)
     found = {}
     for rows in args.rows or [10_000, 100_000]:
-        owner, vectors = write_owner(store, args.database_url, rows, rng)
+        tenant, owner, vectors = write_owner(store, args.database_url, rows, rng)
         probe = vectors[0]
         first, second = [], []
         for _ in range(args.repeat):
             began = time.perf_counter()
             with store._read() as conn:
-                pks, bits = store._sign_bits(conn, {owner}, MODEL)
+                pks, bits = store._sign_bits(conn, [tenant], {owner}, MODEL)
                 nearest = first_pass(pks, bits, probe, RESCORE, 1)
                 middle = time.perf_counter()
-                keys, _ = store._rescored(conn, nearest, MODEL, probe)
+                keys, _ = store._rescored(conn, [tenant], nearest, MODEL, probe)
             done = time.perf_counter()
             first.append((middle - began) * 1000)
             second.append((done - middle) * 1000)

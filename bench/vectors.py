@@ -76,17 +76,19 @@ def fill(store: SqlStore, data: Dataset, seed: int = 7) -> dict[str, Any]:
     owners_cols = [memories.c[column] for column, _ in OWNER_COLUMNS]
     with store._read() as conn:
         rows = conn.execute(
-            sa.select(memories.c.pk, *owners_cols, memories.c.scope).order_by(memories.c.pk)
+            sa.select(memories.c.pk, *owners_cols, memories.c.scope, memories.c.tenant_id).order_by(
+                memories.c.pk
+            )
         ).all()
     count = len(rows)
     floats = _draw(rng, centres, count)
     quantized, scales = quantize(floats)
     bits = sign_bits(quantized)
     kept: dict[str, Any] = {"agent": [], "org": []}
-    by_owner: dict[str, list[int]] = defaultdict(list)
+    by_owner: dict[tuple[Any, str], list[int]] = defaultdict(list)  # (tenant, owner key)
     for index, row in enumerate(rows):
         for owner in owner_keys(row[5], row[1:5]):
-            by_owner[owner].append(index)
+            by_owner[(row[6], owner)].append(index)
         if row[1] == data.big_agent_id:
             kept["agent"].append(index)
         if row[4] == data.org_id:
@@ -98,6 +100,7 @@ def fill(store: SqlStore, data: Dataset, seed: int = 7) -> dict[str, Any]:
                 memory_vectors.insert(),
                 [
                     {
+                        "tenant_id": rows[i][6],
                         "memory_pk": int(pks[i]),
                         "model": MODEL,
                         "scale": float(scales[i]),
@@ -109,13 +112,14 @@ def fill(store: SqlStore, data: Dataset, seed: int = 7) -> dict[str, Any]:
             print(f"\r  vectors {min(count, start + 10_000):,}/{count:,}", end="", file=sys.stderr)
         print(file=sys.stderr)
         chunks = tails = 0
-        for owner, indexes in by_owner.items():
+        for (tenant, owner), indexes in by_owner.items():
             full = len(indexes) // CHUNK_ROWS * CHUNK_ROWS
             batch = []
             for seq, start in enumerate(range(0, full, CHUNK_ROWS), start=1):
                 part = np.asarray(indexes[start : start + CHUNK_ROWS])
                 batch.append(
                     {
+                        "tenant_id": tenant,
                         "owner": owner,
                         "seq": seq,
                         "model": MODEL,
@@ -133,7 +137,10 @@ def fill(store: SqlStore, data: Dataset, seed: int = 7) -> dict[str, Any]:
             if batch:
                 conn.execute(vector_chunks.insert(), batch)
                 chunks += len(batch)
-            rest = [{"owner": owner, "memory_pk": int(pks[i])} for i in indexes[full:]]
+            rest = [
+                {"tenant_id": tenant, "owner": owner, "memory_pk": int(pks[i])}
+                for i in indexes[full:]
+            ]
             if rest:
                 conn.execute(vector_tail.insert(), rest)
                 tails += len(rest)

@@ -34,11 +34,10 @@ LOCAL = {
     "search_pages": "a search's ordered answer: keyed by search id (distributed by it)",
     "subject_tenants": "which tenants hold memories about a subject: distributed by subject",
 }
-VECTORS = {"memory_vectors", "vector_queue", "vector_tail", "vector_chunks"}
 
 
 def test_every_table_is_placed() -> None:
-    placed = set(MEMORY_SIDE) | set(REFERENCE) | set(LOCAL) | VECTORS
+    placed = set(MEMORY_SIDE) | set(REFERENCE) | set(LOCAL)
     assert set(metadata.tables) == placed
     assert not set(MEMORY_SIDE) & (set(REFERENCE) | set(LOCAL))
 

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 from mnemos.domain.ports import Embedder, VectorStore
@@ -45,7 +46,9 @@ class Indexer:
         self.batch = batch
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._swept: tuple[str, int] | None = None  # where the sweep of deleted vectors is
+        self._swept: tuple[uuid.UUID, str, int] | None = (
+            None  # where the sweep of deleted vectors is
+        )
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="mnemos-indexer", daemon=True)

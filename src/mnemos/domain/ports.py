@@ -480,10 +480,13 @@ class VectorStore(Protocol):
         were queued."""
 
     @abc.abstractmethod
-    def compact_vectors(self, after: tuple[str, int] | None, chunks: int) -> tuple[str, int] | None:
+    def compact_vectors(
+        self, after: tuple[uuid.UUID, str, int] | None, chunks: int
+    ) -> tuple[uuid.UUID, str, int] | None:
         """Drop the vectors of deleted memories from the next `chunks` pieces of the search
-        layout after position `after` (None: from the start); the position reached, or None
-        once past the end. Repeated from None, it sweeps the whole layout."""
+        layout after position `after` (None: from the start; a position is a tenant, an owner
+        key and a chunk number); the position reached, or None once past the end. Repeated
+        from None, it sweeps the whole layout."""
 
     @abc.abstractmethod
     def vector_backlog(self) -> int:

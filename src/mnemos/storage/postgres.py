@@ -12,6 +12,7 @@ import itertools
 import re
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -303,9 +304,10 @@ class PostgresStore(SqlStore):
         # seconds to plan.
         return column == sa.any_(sa.literal(keys, type_=ARRAY(sa.BigInteger())))
 
-    def _lock_owner(self, conn: Connection, owner: str) -> None:
+    def _lock_owner(self, conn: Connection, tenant: uuid.UUID, owner: str) -> None:
         conn.execute(
-            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:owner, 0))"), {"owner": owner}
+            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:owner, 0))"),
+            {"owner": tenant.hex + owner},
         )
 
     def _commit_lazily(self, conn: Connection) -> None:

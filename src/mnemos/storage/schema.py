@@ -155,6 +155,10 @@ MEMORY_SIDE = (
     "memory_history",
     "idempotency_keys",
     "erasures",
+    "memory_vectors",
+    "vector_queue",
+    "vector_tail",
+    "vector_chunks",
 )
 
 memories = sa.Table(
@@ -322,6 +326,7 @@ idempotency_keys = sa.Table(
 memory_vectors = sa.Table(
     "memory_vectors",
     metadata,
+    sa.Column("tenant_id", sa.Uuid(), primary_key=True),  # the memory's
     sa.Column("memory_pk", PK, primary_key=True),
     sa.Column("model", sa.String(200), nullable=False),
     sa.Column("scale", sa.Float(), nullable=False),
@@ -331,27 +336,31 @@ memory_vectors = sa.Table(
 vector_queue = sa.Table(
     "vector_queue",
     metadata,
+    sa.Column("tenant_id", sa.Uuid(), primary_key=True),  # the memory's
     sa.Column("memory_pk", PK, primary_key=True),
     # A process embedding this memory holds it until then; past it, anyone may take it over.
     sa.Column("claimed_until", UTCDateTime(), nullable=True),
 )
 
+# The search layout, per tenant and owner (migration 0019): a chunk never mixes tenants.
 vector_tail = sa.Table(
     "vector_tail",
     metadata,
+    sa.Column("tenant_id", sa.Uuid(), primary_key=True),
     sa.Column("owner", sa.String(40), primary_key=True),
-    sa.Column(
-        "memory_pk",
-        PK,
-        sa.ForeignKey("memory_vectors.memory_pk", ondelete="CASCADE"),
-        primary_key=True,
-        index=True,
+    sa.Column("memory_pk", PK, primary_key=True),
+    sa.ForeignKeyConstraint(
+        ["tenant_id", "memory_pk"],
+        ["memory_vectors.tenant_id", "memory_vectors.memory_pk"],
+        ondelete="CASCADE",
     ),
+    sa.Index("ix_vector_tail_memory_pk", "tenant_id", "memory_pk"),
 )
 
 vector_chunks = sa.Table(
     "vector_chunks",
     metadata,
+    sa.Column("tenant_id", sa.Uuid(), primary_key=True),
     sa.Column("owner", sa.String(40), primary_key=True),
     sa.Column("seq", sa.Integer(), primary_key=True),
     sa.Column("model", sa.String(200), nullable=False),

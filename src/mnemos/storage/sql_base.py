@@ -298,40 +298,50 @@ class SqlBase(abc.ABC):
         its trigger, PostgreSQL's tsvector with the row, the vector queue and vectors by set
         just after (`_forget_vectors`); a new index adds its cleanup here."""
         if by is None:  # an erasure: no history is kept
-            pks = list(conn.execute(memories.delete().where(where).returning(M.pk)).scalars())
+            erased = conn.execute(memories.delete().where(where).returning(M.pk, M.tenant_id))
+            keys = [(row[0], row[1]) for row in erased]
         else:
             statement = memories.delete().where(where)
             gone = conn.execute(statement.returning(M.pk, M.tenant_id, M.id, M.subject_id)).all()
             now = utcnow()
             event = HistoryEvent.DELETED
             record(conn, (history_row(t, i, s, event, by, now) for _, t, i, s in gone))
-            pks = [row[0] for row in gone]
-        self._forget_vectors(conn, pks)
-        return len(pks)
+            keys = [(row[0], row[1]) for row in gone]
+        self._forget_vectors(conn, keys)
+        return len(keys)
 
     KEYS_PER_STATEMENT = 10_000  # SQLite allows 32,766 parameters
 
-    def _forget_vectors(self, conn: Connection, pks: list[int]) -> None:
+    def _forget_vectors(self, conn: Connection, keys: list[tuple[int, uuid.UUID]]) -> None:
         """Delete the queue entries and vectors of deleted memories, by set, after them: on
         PostgreSQL no foreign key cascades them (migration 0013: a cascade runs once per row),
         and a vector saved by an embedder that locked the memory before the delete is committed
         by now (`save_vectors`), so it goes too. `vector_tail` follows `memory_vectors` by its
-        cascade."""
-        for start in range(0, len(pks), self.KEYS_PER_STATEMENT):
-            batch = pks[start : start + self.KEYS_PER_STATEMENT]
-            for table in (vector_queue, memory_vectors):
-                conn.execute(table.delete().where(self._keys_in(table.c.memory_pk, batch)))
+        cascade. `keys`: each memory's pk and tenant; deleted tenant by tenant."""
+        by_tenant: dict[uuid.UUID, list[int]] = {}
+        for pk, tenant in keys:
+            by_tenant.setdefault(tenant, []).append(pk)
+        for tenant, pks in sorted(by_tenant.items()):
+            for start in range(0, len(pks), self.KEYS_PER_STATEMENT):
+                batch = pks[start : start + self.KEYS_PER_STATEMENT]
+                for table in (vector_queue, memory_vectors):
+                    keyed = self._keys_in(table.c.memory_pk, batch)
+                    conn.execute(table.delete().where(table.c.tenant_id == tenant, keyed))
 
     def _keys_in(self, column: sa.Column[Any], keys: list[int]) -> sa.ColumnElement[bool]:
         """`column IN keys`, as the dialect runs it fastest for thousands of keys."""
         return column.in_(keys)
 
-    def _vector_owners(self, conn: Connection, where: sa.ColumnElement[bool]) -> set[str]:  # noqa: ARG002
+    def _vector_owners(
+        self,
+        conn: Connection,  # noqa: ARG002
+        where: sa.ColumnElement[bool],  # noqa: ARG002
+    ) -> set[tuple[uuid.UUID, str]]:
         """The vector index's owners holding a vector of a memory matching `where` (read before
         an erasure deletes them); the vector store overrides this hook."""
         return set()
 
-    def _purge_vectors(self, conn: Connection, owners: set[str]) -> None:  # noqa: ARG002
+    def _purge_vectors(self, conn: Connection, owners: set[tuple[uuid.UUID, str]]) -> None:  # noqa: ARG002
         """Rewrite `owners`' sealed vector chunks without the vectors of deleted memories, in
         the caller's transaction (an erasure leaves no copy behind); the vector store's hook."""
         return None

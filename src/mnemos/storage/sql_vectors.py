@@ -3,9 +3,10 @@ first pass and exact int8 rescoring.
 
 Layout (docs/search.md, "Vector storage"): each memory's vector is kept once in
 `memory_vectors` (int8, with the scale that turns it back into a unit vector) and, for the
-search, once per owner the memory has (its agent, organization, subject, room): first as a row
-of the owner's `vector_tail`, then, once the tail holds `CHUNK_ROWS` vectors, sealed into one
-`vector_chunks` row (blobs: primary keys, scales, int8 vectors, and the vectors' sign bits). A
+search, once per owner the memory has (its agent, organization, subject, room) within the
+memory's tenant: first as a row of the (tenant, owner)'s `vector_tail`, then, once the tail
+holds `CHUNK_ROWS` vectors, sealed into one `vector_chunks` row (blobs: primary keys, scales,
+int8 vectors, and the vectors' sign bits); a chunk never mixes tenants. A
 search reads only the keys and sign bits of the owners' chunks (48 bytes a vector) and their
 tails, ranks them by Hamming distance to the query's sign bits and the closest few thousand of
 those by the query's dot product with their signs (`vector_codes.first_pass`), scores the best
@@ -43,6 +44,7 @@ from mnemos.storage.schema import (
     vector_tail,
 )
 from mnemos.storage.sql_base import EVERY_TENANT, SqlBase
+from mnemos.storage.sql_conditions import tenants_of
 from mnemos.storage.vector_codes import (
     best,
     first_pass,
@@ -96,12 +98,19 @@ def owner_keys(scope: str | Scope, owners: Sequence[uuid.UUID | None]) -> list[s
     ]
 
 
+Layout = tuple[uuid.UUID, str]
+"""One part of the search layout: a tenant and an owner key (`owner_key`)."""
+
+
 class VectorsSql(SqlBase):
     """The `VectorStore` port over SQL (both backends: blobs, no extension).
 
-    The embedding worker, a reindex and the compaction sweep serve every tenant: their reads of
-    `memories` are marked `EVERY_TENANT` (the vector tables carry no tenant yet: docs/deploying.md,
-    "Sharding by tenant"). A search reads its candidates through the query's audiences."""
+    Every row of the vector tables names its memory's tenant (migration 0019) and every
+    statement of them filters by it. The embedding worker, a reindex and the compaction sweep
+    serve every tenant: their scans (of the queue, of `memories` by id or key, of the chunks)
+    are marked `EVERY_TENANT` (docs/deploying.md, "Multi-shard queries"), and what they then
+    change they change by tenant. A search reads the chunks and tails of its audiences'
+    tenants."""
 
     @abc.abstractmethod
     def _checked(
@@ -117,37 +126,44 @@ class VectorsSql(SqlBase):
         now = utcnow()
         free = sa.or_(Q.claimed_until.is_(None), Q.claimed_until < now)
         with self._read() as conn:
-            waiting = list(
-                conn.execute(
-                    sa.select(Q.memory_pk).where(free).order_by(Q.memory_pk).limit(limit)
-                ).scalars()
-            )
+            waiting = conn.execute(
+                sa.select(Q.tenant_id, Q.memory_pk)
+                .prefix_with(EVERY_TENANT)
+                .where(free)
+                .order_by(Q.memory_pk)
+                .limit(limit)
+            ).all()
         if not waiting:
             return []
+        tenants = sorted({row[0] for row in waiting})
         with self._write() as conn:
             claimed = list(
                 conn.execute(
                     vector_queue.update()
-                    .where(Q.memory_pk.in_(waiting), free)
+                    .where(Q.tenant_id.in_(tenants), Q.memory_pk.in_([r[1] for r in waiting]), free)
                     .values(claimed_until=now + lease)
                     .returning(Q.memory_pk)
                 ).scalars()
             )
         if not claimed:
             return []
-        claimed_rows = sa.select(M.id, M.content).prefix_with(EVERY_TENANT).where(M.pk.in_(claimed))
+        claimed_rows = sa.select(M.id, M.content).where(M.tenant_id.in_(tenants), M.pk.in_(claimed))
         with self._read() as conn:
             return [(row[0], row[1]) for row in conn.execute(claimed_rows)]
 
     def vector_backlog(self) -> int:
         with self._read() as conn:
             return int(
-                conn.execute(sa.select(sa.func.count()).select_from(vector_queue)).scalar_one()
+                conn.execute(
+                    sa.select(sa.func.count()).prefix_with(EVERY_TENANT).select_from(vector_queue)
+                ).scalar_one()
             )
 
     def queue_for_model(self, model: str, batch: int) -> int:
-        embedded = sa.select(V.memory_pk).where(V.memory_pk == M.pk, V.model == model)
-        queued = sa.select(Q.memory_pk).where(Q.memory_pk == M.pk)
+        embedded = sa.select(V.memory_pk).where(
+            V.tenant_id == M.tenant_id, V.memory_pk == M.pk, V.model == model
+        )
+        queued = sa.select(Q.memory_pk).where(Q.tenant_id == M.tenant_id, Q.memory_pk == M.pk)
         total, after = 0, -1
         while True:
             with self._read() as conn:
@@ -163,18 +179,20 @@ class VectorsSql(SqlBase):
             if not keys:
                 break
             pending = (
-                sa.select(M.pk)
+                sa.select(M.tenant_id, M.pk)
                 .prefix_with(EVERY_TENANT)
                 .where(M.pk > after, M.pk <= keys[-1], ~sa.exists(embedded), ~sa.exists(queued))
             )
             with self._write() as conn:
                 inserted = conn.execute(
-                    vector_queue.insert().from_select(["memory_pk"], pending).returning(Q.memory_pk)
+                    vector_queue.insert()
+                    .from_select(["tenant_id", "memory_pk"], pending)
+                    .returning(Q.memory_pk)
                 )
                 total += len(inserted.all())
             after = keys[-1]
         with self._write() as conn:
-            conn.execute(vector_chunks.delete().where(C.model != model))
+            conn.execute(vector_chunks.delete().prefix_with(EVERY_TENANT).where(C.model != model))
         return total
 
     # --- writing vectors -------------------------------------------------------------------
@@ -190,20 +208,26 @@ class VectorsSql(SqlBase):
         with self._write() as conn:
             # Lock the memories against a concurrent delete (PostgreSQL; SQLite has one writer).
             found = conn.execute(
-                sa.select(M.pk, M.id, M.scope, *owners)
+                sa.select(M.pk, M.id, M.tenant_id, M.scope, *owners)
                 .prefix_with(EVERY_TENANT)
                 .where(M.id.in_(list(ids)))
                 .with_for_update(key_share=True)
             ).all()
-            pks = [row[0] for row in found]
-            conn.execute(vector_queue.delete().where(Q.memory_pk.in_(pks)))
             if not found:
                 return 0
-            conn.execute(memory_vectors.delete().where(V.memory_pk.in_(pks)))
+            pks = [row[0] for row in found]
+            tenants = sorted({row[2] for row in found})
+            conn.execute(
+                vector_queue.delete().where(Q.tenant_id.in_(tenants), Q.memory_pk.in_(pks))
+            )
+            conn.execute(
+                memory_vectors.delete().where(V.tenant_id.in_(tenants), V.memory_pk.in_(pks))
+            )
             conn.execute(
                 memory_vectors.insert(),
                 [
                     {
+                        "tenant_id": row[2],
                         "memory_pk": row[0],
                         "model": model,
                         "scale": float(scales[by_id[row[1]]]),
@@ -213,40 +237,49 @@ class VectorsSql(SqlBase):
                 ],
             )
             tail = [
-                {"owner": owner, "memory_pk": row[0]}
+                {"tenant_id": row[2], "owner": owner, "memory_pk": row[0]}
                 for row in found
-                for owner in owner_keys(row[2], row[3:])
+                for owner in owner_keys(row[3], row[4:])
             ]
             conn.execute(vector_tail.insert(), tail)
-            self._seal(conn, model, {entry["owner"] for entry in tail})
+            self._seal(conn, model, {(entry["tenant_id"], entry["owner"]) for entry in tail})
         return len(found)
 
-    def _seal(self, conn: Connection, model: str, owners: Iterable[str]) -> None:
-        """Turn every full tail among `owners` into a chunk."""
+    def _seal(self, conn: Connection, model: str, owners: Iterable[Layout]) -> None:
+        """Turn every full tail among `owners` (tenant, owner key) into a chunk."""
+        wanted = set(owners)
         full = conn.execute(
-            sa.select(T.owner)
-            .where(T.owner.in_(list(owners)))
-            .group_by(T.owner)
+            sa.select(T.tenant_id, T.owner)
+            .where(
+                T.tenant_id.in_(sorted({tenant for tenant, _ in wanted})),
+                T.owner.in_(sorted({owner for _, owner in wanted})),
+            )
+            .group_by(T.tenant_id, T.owner)
             .having(sa.func.count() >= CHUNK_ROWS)
-        ).scalars()
-        for owner in list(full):
-            self._lock_owner(conn, owner)  # read below, after any concurrent seal committed
+        ).all()
+        for tenant, owner in sorted((row[0], row[1]) for row in full):
+            if (tenant, owner) not in wanted:
+                continue  # another tenant's tail of an owner key this batch also wrote
+            self._lock_owner(conn, tenant, owner)  # read below, after any concurrent seal
             rows = conn.execute(
                 sa.select(V.memory_pk, V.scale, V.vector)
-                .join(vector_tail, T.memory_pk == V.memory_pk)
-                .where(T.owner == owner, V.model == model)
+                .join(vector_tail, sa.and_(T.tenant_id == V.tenant_id, T.memory_pk == V.memory_pk))
+                .where(T.tenant_id == tenant, T.owner == owner, V.model == model)
                 .order_by(V.memory_pk)
                 .limit(CHUNK_ROWS)
             ).all()
             if len(rows) < CHUNK_ROWS:
                 continue  # the tail holds vectors of another model, waiting for a reindex
             seq = conn.execute(
-                sa.select(sa.func.coalesce(sa.func.max(C.seq), 0)).where(C.owner == owner)
+                sa.select(sa.func.coalesce(sa.func.max(C.seq), 0)).where(
+                    C.tenant_id == tenant, C.owner == owner
+                )
             ).scalar_one()
             pks = [row[0] for row in rows]
             vectors = b"".join(bytes(row[2]) for row in rows)
             conn.execute(
                 vector_chunks.insert().values(
+                    tenant_id=tenant,
                     owner=owner,
                     seq=int(seq) + 1,
                     model=model,
@@ -257,79 +290,101 @@ class VectorsSql(SqlBase):
                     bits=sign_bits(_int8_rows(vectors, len(rows))).tobytes(),
                 )
             )
-            conn.execute(vector_tail.delete().where(T.owner == owner, T.memory_pk.in_(pks)))
+            conn.execute(
+                vector_tail.delete().where(
+                    T.tenant_id == tenant, T.owner == owner, T.memory_pk.in_(pks)
+                )
+            )
 
-    def _lock_owner(self, conn: Connection, owner: str) -> None:  # noqa: ARG002
-        """Hold `owner`'s layout until this write transaction ends, so that two processes do not
-        seal the same tail into a chunk of the same number (a dialect hook: SQLite has one
-        writer at a time, PostgreSQL takes an advisory lock)."""
+    def _lock_owner(self, conn: Connection, tenant: uuid.UUID, owner: str) -> None:  # noqa: ARG002
+        """Hold the (`tenant`, `owner`)'s layout until this write transaction ends, so that two
+        processes do not seal the same tail into a chunk of the same number (a dialect hook:
+        SQLite has one writer at a time, PostgreSQL takes an advisory lock)."""
         return None
 
-    def compact_vectors(self, after: tuple[str, int] | None, chunks: int) -> tuple[str, int] | None:
-        """Rewrite the next `chunks` chunks after `after` (by owner, seq) without the vectors of
-        memories deleted since they were sealed; the position reached, or None past the last."""
-        position = sa.true() if after is None else sa.tuple_(C.owner, C.seq) > sa.tuple_(*after)
+    def compact_vectors(
+        self, after: tuple[uuid.UUID, str, int] | None, chunks: int
+    ) -> tuple[uuid.UUID, str, int] | None:
+        """Rewrite the next `chunks` chunks after `after` (by tenant, owner, seq) without the
+        vectors of memories deleted since they were sealed; the position reached, or None past
+        the last. The sweep serves every tenant; each chunk is rewritten within its own."""
+        position = (
+            sa.true()
+            if after is None
+            else sa.tuple_(C.tenant_id, C.owner, C.seq) > sa.tuple_(*after)
+        )
         with self._read() as conn:
             rows = conn.execute(
-                sa.select(C.owner, C.seq, C.pks)
+                sa.select(C.tenant_id, C.owner, C.seq, C.pks)
+                .prefix_with(EVERY_TENANT)
                 .where(position)
-                .order_by(C.owner, C.seq)
+                .order_by(C.tenant_id, C.owner, C.seq)
                 .limit(chunks)
             ).all()
             if not rows:
                 return None
-            pks = {row[0]: np.frombuffer(bytes(row[2]), dtype="<i8") for row in rows}
-            wanted = [int(pk) for array in pks.values() for pk in array]
-            alive = set(
-                conn.execute(sa.select(V.memory_pk).where(V.memory_pk.in_(wanted))).scalars()
-            )
-        for owner, seq, blob in rows:
+            wanted: dict[uuid.UUID, list[int]] = {}
+            for row in rows:
+                keys = np.frombuffer(bytes(row[3]), dtype="<i8")
+                wanted.setdefault(row[0], []).extend(int(pk) for pk in keys)
+            alive = {
+                (tenant, pk)
+                for tenant, pks in wanted.items()
+                for pk in conn.execute(
+                    sa.select(V.memory_pk).where(V.tenant_id == tenant, V.memory_pk.in_(pks))
+                ).scalars()
+            }
+        for tenant, owner, seq, blob in rows:
             keys = np.frombuffer(bytes(blob), dtype="<i8")
-            if all(int(pk) in alive for pk in keys):
+            if all((tenant, int(pk)) in alive for pk in keys):
                 continue
             with self._write() as conn:
-                self._drop_dead(conn, owner, seq)
-        return rows[-1][0], rows[-1][1]
+                self._drop_dead(conn, tenant, owner, seq)
+        return rows[-1][0], rows[-1][1], rows[-1][2]
 
-    def _vector_owners(self, conn: Connection, where: sa.ColumnElement[bool]) -> set[str]:
+    def _vector_owners(self, conn: Connection, where: sa.ColumnElement[bool]) -> set[Layout]:
+        joined = sa.and_(V.tenant_id == M.tenant_id, V.memory_pk == M.pk)
         rows = conn.execute(
-            sa.select(M.scope, *(getattr(M, column) for column, _ in OWNER_COLUMNS))
-            .select_from(memories.join(memory_vectors, V.memory_pk == M.pk))
+            sa.select(M.tenant_id, M.scope, *(getattr(M, column) for column, _ in OWNER_COLUMNS))
+            .select_from(memories.join(memory_vectors, joined))
             .where(where)
             .distinct()
         ).all()
-        return {owner for row in rows for owner in owner_keys(row[0], row[1:])}
+        return {(row[0], owner) for row in rows for owner in owner_keys(row[1], row[2:])}
 
-    def _purge_vectors(self, conn: Connection, owners: set[str]) -> None:
-        for owner in sorted(owners):
-            seqs = conn.execute(sa.select(C.seq).where(C.owner == owner)).scalars().all()
-            for seq in seqs:
-                self._drop_dead(conn, owner, seq)
+    def _purge_vectors(self, conn: Connection, owners: set[Layout]) -> None:
+        for tenant, owner in sorted(owners):
+            seqs = conn.execute(
+                sa.select(C.seq).where(C.tenant_id == tenant, C.owner == owner)
+            ).scalars()
+            for seq in seqs.all():
+                self._drop_dead(conn, tenant, owner, seq)
 
-    def _drop_dead(self, conn: Connection, owner: str, seq: int) -> None:
+    def _drop_dead(self, conn: Connection, tenant: uuid.UUID, owner: str, seq: int) -> None:
         """Rewrite one chunk without the vectors whose memory is gone (read again inside the
         write, so a concurrent compaction or delete is seen)."""
-        chunk = conn.execute(
-            sa.select(C.pks, C.scales, C.vectors, C.bits).where(C.owner == owner, C.seq == seq)
-        ).first()
+        this = (C.tenant_id == tenant, C.owner == owner, C.seq == seq)
+        chunk = conn.execute(sa.select(C.pks, C.scales, C.vectors, C.bits).where(*this)).first()
         if chunk is None:
             return
         keys = np.frombuffer(bytes(chunk[0]), dtype="<i8")
         alive = set(
             conn.execute(
-                sa.select(V.memory_pk).where(V.memory_pk.in_([int(pk) for pk in keys]))
+                sa.select(V.memory_pk).where(
+                    V.tenant_id == tenant, V.memory_pk.in_([int(pk) for pk in keys])
+                )
             ).scalars()
         )
         keep = np.asarray([int(pk) in alive for pk in keys], dtype=bool)
         if not keep.any():
-            conn.execute(vector_chunks.delete().where(C.owner == owner, C.seq == seq))
+            conn.execute(vector_chunks.delete().where(*this))
             return
         scales = np.frombuffer(bytes(chunk[1]), dtype="<f4")
         vectors = _int8_rows(bytes(chunk[2]), len(keys))
         bits = np.frombuffer(bytes(chunk[3]), dtype=np.uint8).reshape(len(keys), -1)
         conn.execute(
             vector_chunks.update()
-            .where(C.owner == owner, C.seq == seq)
+            .where(*this)
             .values(
                 rows=int(keep.sum()),
                 pks=keys[keep].tobytes(),
@@ -352,13 +407,13 @@ class VectorsSql(SqlBase):
         # words, and the statements are key lookups (a watchdog interrupt that lands while
         # numpy scores would hit the next statement instead).
         with self._read() as conn:
-            owners = self._owners(conn, query.audiences)
-            pks, bits = self._sign_bits(conn, owners, model)
+            tenants, owners = self._owners(conn, query.audiences)
+            pks, bits = self._sign_bits(conn, tenants, owners, model)
             if len(pks) == 0:
                 return []
             copies = len({owner[0] for owner in owners})  # a memory is in one owner of a kind
             nearest = first_pass(pks, bits, probe, rescore, copies)
-            keys, scores = self._rescored(conn, nearest, model, probe)
+            keys, scores = self._rescored(conn, tenants, nearest, model, probe)
             order = best(keys, scores, len(keys))
             found, passed = self._recheck(conn, query, keys[order], scores[order], limit)
             if len(nearest) < len(pks) and (len(found) < limit or passed < MIN_PASSED * len(keys)):
@@ -368,7 +423,7 @@ class VectorsSql(SqlBase):
                 allowed = np.fromiter(conn.execute(statement, params).scalars(), dtype=np.int64)
                 keep = np.isin(pks, allowed)
                 nearest = first_pass(pks[keep], bits[keep], probe, rescore, copies)
-                keys, scores = self._rescored(conn, nearest, model, probe)
+                keys, scores = self._rescored(conn, tenants, nearest, model, probe)
                 order = best(keys, scores, limit)
                 found, _ = self._recheck(conn, query, keys[order], scores[order], limit)
         return found[:limit]
@@ -397,12 +452,24 @@ class VectorsSql(SqlBase):
         rows = {row[0]: to_memory(row[1:]) for row in conn.execute(statement, params)}
         return [Ranked(rows[pk], score) for pk, score in best.items() if pk in rows], len(passed)
 
-    def _owners(self, conn: Connection, audiences: Iterable[Audience]) -> set[str]:
-        """The owner keys whose vectors hold every memory of the audiences (a superset)."""
+    def _owners(
+        self, conn: Connection, audiences: Iterable[Audience]
+    ) -> tuple[list[uuid.UUID], set[str]]:
+        """The tenants and owner keys whose vectors hold every memory of the audiences (a
+        superset: the layout only narrows the candidates)."""
+        tenants: set[uuid.UUID] = set()
         keys: set[str] = set()
         for audience in audiences:
+            tenants |= self._audience_tenants(conn, audience)
             keys |= self._audience_owners(conn, audience)
-        return keys
+        return sorted(tenants), keys
+
+    def _audience_tenants(self, conn: Connection, audience: Audience) -> set[uuid.UUID]:
+        """The audience's tenant, or (one pinning a subject without one) every tenant holding
+        memories about that subject (`subject_tenants`), as its memories' conditions reach."""
+        if audience.tenant_id is not None:
+            return {audience.tenant_id}
+        return set(conn.execute(tenants_of(audience.subject_id)).scalars())
 
     def _audience_owners(self, conn: Connection, audience: Audience) -> set[str]:
         """The keys of the narrowest owner the audience pins, for each scope it admits."""
@@ -427,14 +494,14 @@ class VectorsSql(SqlBase):
         return {owner_key("o", scope, audience.organization_id) for scope in scopes}
 
     def _sign_bits(
-        self, conn: Connection, owners: set[str], model: str
+        self, conn: Connection, tenants: list[uuid.UUID], owners: set[str], model: str
     ) -> tuple[NDArray[np.int64], NDArray[np.uint8]]:
-        """Every vector of `model` the owners hold (a memory once per owner holding it): its
-        memory's primary key and its sign bits (rows of `dimensions / 8` bytes)."""
-        if not owners:
+        """Every vector of `model` the owners hold in `tenants` (a memory once per owner holding
+        it): its memory's primary key and its sign bits (rows of `dimensions / 8` bytes)."""
+        if not owners or not tenants:
             return np.empty(0, np.int64), np.empty((0, 0), np.uint8)
         wanted = sorted(owners)
-        params = {"owners": wanted, "model": model}
+        params = {"tenants": tenants, "owners": wanted, "model": model}
         chunks = self._blob_rows(conn, "chunk bits", params)
         tail = self._blob_rows(conn, "tail vectors", params)
         pks = [np.frombuffer(bytes(row[0]), dtype="<i8") for row in chunks]
@@ -451,6 +518,7 @@ class VectorsSql(SqlBase):
     def _rescored(
         self,
         conn: Connection,
+        tenants: list[uuid.UUID],
         candidates: NDArray[np.int64],
         model: str,
         probe: NDArray[np.float32],
@@ -460,7 +528,7 @@ class VectorsSql(SqlBase):
         if len(candidates) == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         keys = np.unique(candidates).tolist()
-        rows = self._blob_rows(conn, "vectors", {"keys": keys, "model": model})
+        rows = self._blob_rows(conn, "vectors", {"tenants": tenants, "keys": keys, "model": model})
         if not rows:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         found = np.asarray([row[0] for row in rows], dtype=np.int64)
@@ -480,17 +548,25 @@ def _keys_in(column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]
 
 BLOB_READS: dict[str, sa.Select[Any]] = {
     "chunk bits": sa.select(C.pks, C.bits).where(
-        _keys_in(C.owner, "owners"), C.model == sa.bindparam("model")
+        _keys_in(C.tenant_id, "tenants"),
+        _keys_in(C.owner, "owners"),
+        C.model == sa.bindparam("model"),
     ),
     "tail vectors": sa.select(V.memory_pk, V.vector)
-    .join(vector_tail, T.memory_pk == V.memory_pk)
-    .where(_keys_in(T.owner, "owners"), V.model == sa.bindparam("model")),
+    .join(vector_tail, sa.and_(T.tenant_id == V.tenant_id, T.memory_pk == V.memory_pk))
+    .where(
+        _keys_in(T.tenant_id, "tenants"),
+        _keys_in(T.owner, "owners"),
+        V.model == sa.bindparam("model"),
+    ),
     "vectors": sa.select(V.memory_pk, V.scale, V.vector).where(
-        _keys_in(V.memory_pk, "keys"), V.model == sa.bindparam("model")
+        _keys_in(V.tenant_id, "tenants"),
+        _keys_in(V.memory_pk, "keys"),
+        V.model == sa.bindparam("model"),
     ),
 }
-"""The statements that read the search's blobs, built once: each binds a list (`owners` or
-`keys`) and the `model`."""
+"""The statements that read the search's blobs, built once: each binds the audiences'
+`tenants`, a list (`owners` or `keys`) and the `model`."""
 
 
 def _int8_rows(blob: bytes, rows: int) -> NDArray[np.int8]:

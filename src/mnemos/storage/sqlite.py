@@ -200,6 +200,7 @@ _KEYS = sa.func.json_each(sa.bindparam("keys", type_=JsonKeys())).table_valued("
 VECTORS_BY_KEYS = sa.select(
     memory_vectors.c.memory_pk, memory_vectors.c.scale, memory_vectors.c.vector
 ).where(
+    memory_vectors.c.tenant_id.in_(sa.bindparam("tenants", expanding=True)),
     memory_vectors.c.memory_pk.in_(sa.select(_KEYS.c.value)),
     memory_vectors.c.model == sa.bindparam("model"),
 )

@@ -49,7 +49,9 @@ SQLITE_CACHE_KIB = 262_144  # SQLite: page cache for the load (the default 2 MiB
 
 REPLAYED = {
     INDEX_TRIGGER: INDEX_REFILL_SQL,
-    "memories_vector_queue": "INSERT INTO vector_queue (memory_pk) SELECT pk FROM memories",
+    "memories_vector_queue": (
+        "INSERT INTO vector_queue (tenant_id, memory_pk) SELECT tenant_id, pk FROM memories"
+    ),
 }
 """Triggers set aside for the load, by name, and the statement that does for every loaded row
 what the trigger does for one: fill SQLite's FTS5 index (`sqlite.INDEX_REFILL_SQL`), queue every
