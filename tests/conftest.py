@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,12 +50,16 @@ def pytest_configure(config: pytest.Config) -> None:
     """Every engine of the run reports memory-side statements without a tenant filter."""
     del config
     tenant_filter.install()
+    # Processes the tests start through `tests/watched.py` report here (inherited by them).
+    log = Path(tempfile.mkdtemp(prefix="mnemos-tenants-")) / "found.jsonl"
+    os.environ.setdefault(tenant_filter.LOG_ENV, str(log))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when Mnemos ran a memory-side statement without its tenant
     (`tests/tenant_filter.py`), printing each with the line that ran it."""
     del exitstatus
+    tenant_filter.absorb(os.environ[tenant_filter.LOG_ENV])
     found = tenant_filter.report()
     if not found:
         return

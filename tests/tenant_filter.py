@@ -20,12 +20,16 @@ Exempt, and only these (`ALLOWED`):
 - statements a test runs itself (the first frame outside SQLAlchemy is in `tests/`): fixtures
   that empty tables or read rows back to check them.
 
-Out of reach: servers the live tests start in processes of their own (tests/live) run the same
-code as the in-process app, whose statements are checked here.
+Servers and admin commands the live tests start in processes of their own run through
+`tests/watched.py`, which checks their statements the same way and hands them to this process
+through a file (`absorb`). Out of reach: PostgreSQL's binary-cursor reads of vector blobs (the
+driver's cursor, not SQLAlchemy's), checked on SQLite instead, and the CLI commands other tests
+start with `python -m mnemos`.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -52,6 +56,7 @@ ALLOWED = (
     SOURCE + "migrations/",
     SOURCE + "storage/transfer",  # transfer.py, transfer_import.py, transfer_bulk.py
 )
+LOG_ENV = "MNEMOS_TEST_TENANT_LOG"  # where processes of their own report (`tests/watched.py`)
 SKIPPED = ("/sqlalchemy/", "/alembic/", "/contextlib.py", "/threading.py", __file__)
 
 
@@ -112,6 +117,18 @@ def _shape(statement: str) -> str:
 def install() -> None:
     if not sa.event.contains(sa.engine.Engine, "before_cursor_execute", record):
         sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
+
+
+def absorb(path: str) -> None:
+    """Add what processes of their own found (`tests/watched.py` wrote it to `path`)."""
+    try:
+        with open(path, encoding="utf-8") as log:
+            lines = log.readlines()
+    except FileNotFoundError:
+        return
+    for line in lines:
+        found = json.loads(line)
+        FINDINGS.missing.setdefault(found["statement"], set()).update(found["origins"])
 
 
 def report() -> list[str]:

@@ -21,6 +21,8 @@ import sqlalchemy as sa
 from mnemos.storage.postgres import driver_url
 from tests.conftest import BACKENDS, POSTGRES_URL
 
+ROOT = str(Path(__file__).resolve().parents[2])  # the repository: `tests` is importable from it
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -32,7 +34,7 @@ def free_port() -> int:
 def mnemos(*args: str, env: dict[str, str]) -> dict[str, Any]:
     """Run the real CLI and parse the one JSON object it prints."""
     done = subprocess.run(
-        [sys.executable, "-m", "mnemos", *args],
+        [sys.executable, "-m", "tests.watched", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -81,6 +83,8 @@ def start_server(
         **os.environ,
         "MNEMOS_DATABASE_URL": database_url,
         "MNEMOS_RATE_LIMIT_PER_MINUTE": "0",
+        # `-m tests.watched` from any working directory
+        "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
         **(settings or {}),
     }
     log = tmp / f"server-{port}.log"
@@ -88,7 +92,7 @@ def start_server(
         [
             sys.executable,
             "-m",
-            "mnemos",
+            "tests.watched",  # `mnemos`, with the suite's tenant check (tests/watched.py)
             "serve",
             "--port",
             str(port),
