@@ -351,8 +351,11 @@ def keep_template(backend: str, url: str, dest: str) -> None:
     admin.dispose()
 
 
-def start_server(url: str, port: int, workers: int) -> subprocess.Popen[bytes]:
+def start_server(
+    url: str, port: int, workers: int, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = {**os.environ, "MNEMOS_DATABASE_URL": url, "MNEMOS_RATE_LIMIT_PER_MINUTE": "0"}
+    env |= extra_env or {}
     command = [sys.executable, "-m", "mnemos", "serve", "--port", str(port)]
     process = subprocess.Popen(
         [*command, "--workers", str(workers), "--log-level", "warning"], env=env
@@ -416,7 +419,11 @@ def run_backend(backend: str, count: int, options: Options) -> dict[str, Any]:
             filled = vectors.fill(store, data)
             settle(store)
         port = 18000 + os.getpid() % 1000
-        server = start_server(url, port, options.workers)
+        # The keyword rows measure a keyword-only deployment, as their targets were set: with the
+        # default local embedder the server would spend the run embedding the loaded memories
+        # (the vectors suite fills them first and measures with the embedder on).
+        keyword_only = {"MNEMOS_EMBEDDER": "none"} if filled is None else None
+        server = start_server(url, port, options.workers, keyword_only)
         rss = Rss(server.pid)
         try:
             if filled is not None:
