@@ -1,0 +1,86 @@
+"""PostgreSQL's planner knows that a memory's owner decides its tenant (migration 0020).
+
+Every memory query names its tenant beside the owner it reads (`organization_id = X AND
+tenant_id = X`). Without statistics over both columns the planner multiplies their
+selectivities, expects a fraction of the rows an owner really has, and picks a bitmap
+intersection and a sort over the owner's index walked in order (209 ms instead of 2.7 ms at
+1,000,000 memories). Here: the estimate for owner and tenant together is the estimate for the
+owner alone.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from mnemos.storage.postgres import driver_url
+from tests.conftest import BACKENDS
+
+pytestmark = pytest.mark.skipif("postgresql" not in BACKENDS, reason="PostgreSQL only")
+
+TENANTS = 10
+ROWS = 20_000
+
+
+@pytest.fixture
+def postgres(database_url: str) -> str:
+    if not database_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL only")
+    return database_url
+
+
+def _rows(conn: sa.Connection, sql: str, params: dict[str, object]) -> float:
+    plan = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + sql, params).scalar_one()
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    return float(plan[0]["Plan"]["Plan Rows"])
+
+
+def test_owner_and_tenant_are_estimated_as_the_owner(postgres: str) -> None:
+    tenants = [uuid.uuid4() for _ in range(TENANTS)]
+    engine = sa.create_engine(driver_url(postgres))
+    try:
+        with engine.begin() as conn:
+            # Each tenant: a third of its rows its organization's, the rest its agents' (an
+            # agent each), as in a deployment: the owner always implies the tenant.
+            conn.exec_driver_sql(
+                """
+                INSERT INTO memories (id, content, search_text, system, type, segment, scope,
+                    organization_id, source_agent_id, metadata, status, inserted_at,
+                    updated_at, tenant_id)
+                SELECT gen_random_uuid(), 'm', 'm', 'long_term', 'semantic', 'user',
+                    CASE WHEN mod(i, 3) = 0 THEN 'organization' ELSE 'agent' END,
+                    CASE WHEN mod(i, 3) = 0 THEN t.id END,
+                    CASE WHEN mod(i, 3) = 0 THEN NULL ELSE t.agent END,
+                    '{}', 'active', now(), now(), t.id
+                FROM generate_series(1, %(rows)s) AS i
+                JOIN (SELECT id, agent, row_number() OVER () - 1 AS n
+                      FROM unnest(%(tenants)s::uuid[], %(agents)s::uuid[]) AS u(id, agent)) t
+                  ON t.n = mod(i, %(count)s)
+                """,
+                {
+                    "rows": ROWS,
+                    "tenants": [str(t) for t in tenants],
+                    "agents": [str(uuid.uuid4()) for _ in tenants],
+                    "count": TENANTS,
+                },
+            )
+            conn.exec_driver_sql("ANALYZE memories")
+            tenant = {"t": str(tenants[0])}
+            alone = _rows(conn, "SELECT 1 FROM memories WHERE organization_id = %(t)s", tenant)
+            both = _rows(
+                conn,
+                "SELECT 1 FROM memories WHERE organization_id = %(t)s AND tenant_id = %(t)s",
+                tenant,
+            )
+            real = conn.exec_driver_sql(
+                "SELECT count(*) FROM memories WHERE organization_id = %(t)s", tenant
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert real == pytest.approx(ROWS / TENANTS / 3, rel=0.05)
+    # Multiplied selectivities would give a tenth (one tenant in ten) of the owner's estimate.
+    assert both >= alone * 0.8, (both, alone, real)
+    assert both >= real * 0.5, (both, real)
