@@ -5,6 +5,7 @@ a plan runs, it answers exactly what matching every term in the index answers.
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +16,7 @@ from mnemos.domain.models import Scope, Status
 from mnemos.domain.pagination import Position
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.search import SearchQuery, parse_search
-from mnemos.storage import search_plan, sql
+from mnemos.storage import search_plan, sql, sqlite
 from mnemos.storage.base import Store
 from mnemos.storage.search_plan import SearchPlan, TermStats, plan_search
 from mnemos.storage.sql import SqlStore
@@ -183,3 +184,33 @@ def test_the_plan_rule() -> None:
     assert plan_search(one, _stats(million, 100_000), 21).walk
     # No statistics: the index, as before.
     assert plan_search(search, None, 21) == SearchPlan(walk=False, driver=search, recheck=False)
+
+
+def test_counting_a_term_is_bounded(
+    store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite counts the entries of a term whose index pages look too common (pages overcount)
+    only within `COUNT_BUDGET_SECONDS` per search: past it the term keeps its estimate (too
+    common), so a search of new common prefixes cannot make every request pay the counts."""
+    if not isinstance(store, sqlite.SqliteStore):
+        pytest.skip("SQLite's term counts")
+    agent = world.agent(world.user("Count", "count"))
+    _fill(store, agent)
+    golf = sum(1 for i in range(ROWS) if "golf" in _content(i).split())
+    limit = golf + 100  # golf's pages say more than this, its count says fewer
+    monkeypatch.setattr(sqlite, "DRIVER_POSTINGS", limit)
+    search = parse_search("golf", 500)
+
+    def postings(budget: float) -> int:
+        monkeypatch.setattr(sqlite, "COUNT_BUDGET_SECONDS", budget)
+        store._stats_at = -math.inf  # forget the kept estimates and counts
+        with store._search_read() as conn:
+            stats = store._term_stats(conn, search)
+            # The read goes on after a count was cut short.
+            assert conn.exec_driver_sql("SELECT count(*) FROM memories").scalar_one() == ROWS
+        assert stats is not None
+        return stats.postings[0]
+
+    assert postings(5.0) == golf  # counted: the estimate was too high
+    assert postings(0.0) == limit + 1  # no time left to count: too common
+    assert postings(5.0) == golf

@@ -117,6 +117,40 @@ FROM seg, ranges WHERE seg.id IS NOT NULL GROUP BY k
 """
 
 
+COUNT_BUDGET_SECONDS = 0.03
+"""How long one search may spend counting the entries of terms whose pages look too common
+(`SqliteStore._term_stats`). A count merges the entries of every word a prefix covers before its
+LIMIT applies: 30-390 ms for each of the bench's adversarial 5-letter prefixes at 1,000,000
+memories, where a term that really has at most `DRIVER_POSTINGS` entries counts in about 15 ms.
+Without this bound, a stream of searches of ever new common prefixes would each pay every count
+(the counts are kept per expression, so only a repeated one is cheap). A term not counted in
+time keeps its estimate: too common to look up."""
+
+
+def _count_entries(conn: Connection, expression: str, seconds: float) -> int:
+    """The index entries of `expression`, up to `DRIVER_POSTINGS` + 1; that bound when counting
+    would take longer than `seconds`. The count is interrupted (`WATCHDOG`) and the read
+    transaction goes on."""
+    too_many = DRIVER_POSTINGS + 1
+    if seconds <= 0:
+        return too_many
+    token = WATCHDOG.watch(driver_connection(conn), seconds)
+    try:
+        return int(
+            conn.exec_driver_sql(
+                "SELECT count(*) FROM (SELECT rowid FROM memories_fts "
+                "WHERE memories_fts MATCH ? LIMIT ?)",
+                (expression, too_many),
+            ).scalar_one()
+        )
+    except sa.exc.OperationalError:
+        if WATCHDOG.release(token):
+            return too_many
+        raise  # the search's own budget, or a real error
+    finally:
+        WATCHDOG.release(token)
+
+
 def term_ranges(search: SearchQuery) -> list[list[tuple[bytes, bytes]]]:
     """Per part of `search.parts()`, the `%_idx` term ranges its index entries lie in: a prefix
     covers every word that starts with it, a whole word itself, a phrase each of its words."""
@@ -336,19 +370,14 @@ class SqliteStore(SqlStore):
         # before it (`%_idx` lists only the first term starting on each page): a term that looks
         # too common to look up is counted in the index, reading at most DRIVER_POSTINGS + 1
         # entries, and the count (kept like the pages) replaces the estimate when it is smaller.
+        deadline = now + COUNT_BUDGET_SECONDS
         for index, part in enumerate(search.parts()):
             if postings[index] <= DRIVER_POSTINGS:
                 continue
             expression = fts5_query(part)
             counted = self._counted.get(expression)
             if counted is None:
-                counted = int(
-                    conn.exec_driver_sql(
-                        "SELECT count(*) FROM (SELECT rowid FROM memories_fts "
-                        "WHERE memories_fts MATCH ? LIMIT ?)",
-                        (expression, DRIVER_POSTINGS + 1),
-                    ).scalar_one()
-                )
+                counted = _count_entries(conn, expression, deadline - time.monotonic())
                 self._counted[expression] = counted
             postings[index] = min(postings[index], counted)
         return TermStats(self._rows, tuple(postings))
