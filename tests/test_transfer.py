@@ -17,6 +17,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -441,31 +442,49 @@ BAD_VALUES = [
 ]
 
 
-@pytest.mark.parametrize(("table", "column", "value"), BAD_VALUES)
-def test_a_bad_value_is_refused_and_leaves_nothing(
-    client: TestClient,
-    world: World,
-    database_url: str,
-    tmp_path: Path,
-    table: str,
-    column: str,
-    value: Any,
-) -> None:
+@dataclass
+class Corrupted:
+    """The export of the visibility world (`good`), and the same file with one bad value."""
+
+    good: bytes
+    bad: bytes
+
+
+@pytest.fixture
+def corrupted(
+    client: TestClient, world: World, database_url: str, request: pytest.FixtureRequest
+) -> Corrupted:
+    """`request.param`, a `BAD_VALUES` entry (table, column, value), put into the last row of
+    that table of an export (a "duplicate" copies the first row's value, and its tenant: keys
+    are unique per tenant). Both bad-value tests below take it."""
+    table, column, value = request.param
     build(client, world)
-    export = dump(database_url)
-    lines = export.splitlines()
+    good = dump(database_url)
+    lines = good.splitlines()
     rows = [orjson.loads(line) for line in lines[1:-1]]
     mine = [row for row in rows if row["t"] == table]
-    if value == "duplicate":  # keys are unique per tenant (memories.id: one tenant's)
+    if value == "duplicate":
         value = mine[0]["r"][column]
         mine[-1]["r"]["tenant_id"] = mine[0]["r"]["tenant_id"]
     mine[-1]["r"][column] = value
-    bad = b"\n".join([lines[0], *map(orjson.dumps, rows), lines[-1]]) + b"\n"
+    return Corrupted(good, b"\n".join([lines[0], *map(orjson.dumps, rows), lines[-1]]) + b"\n")
+
+
+def _bad(values: list[tuple[str, str, Any]]) -> Any:
+    """Each bad value, for the `corrupted` fixture, with a readable test id."""
+    ids = [f"{table}.{column}={value!r:.30}" for table, column, value in values]
+    return pytest.mark.parametrize("corrupted", values, ids=ids, indirect=True)
+
+
+@_bad(BAD_VALUES)
+def test_a_bad_value_is_refused_and_leaves_nothing(
+    corrupted: Corrupted, database_url: str, tmp_path: Path
+) -> None:
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
     with fresh(backend, tmp_path / "bad") as target:
         schema = _catalog(target)
         with pytest.raises(TransferError, match="nothing imported") as refused:
-            import_database(target, [*io.BytesIO(bad)])
+            import_database(target, [*io.BytesIO(corrupted.bad)])
         assert refused.value.code == "transfer_refused"
         assert _catalog(target) == schema  # indexes, keys and triggers set aside are back
         engine = sa.create_engine(target.replace("postgresql://", "postgresql+psycopg://"))
@@ -473,7 +492,7 @@ def test_a_bad_value_is_refused_and_leaves_nothing(
             for name in ("organizations", "users", "memories", "memory_history", "vector_queue"):
                 assert conn.execute(sa.text(f"SELECT count(*) FROM {name}")).scalar() == 0, name
         engine.dispose()
-        import_database(target, [*io.BytesIO(export)])  # the good file still goes in whole
+        import_database(target, [*io.BytesIO(corrupted.good)])  # the good file still goes in
 
 
 @pytest.mark.parametrize(
@@ -492,32 +511,19 @@ def test_a_line_that_is_not_a_row_is_refused(
         assert refused.value.details == {"line": 2}
 
 
-@pytest.mark.parametrize(
-    ("table", "column", "value"), [bad for bad in BAD_VALUES if bad[2] != "duplicate"]
-)
+@_bad([bad for bad in BAD_VALUES if bad[2] != "duplicate"])
 def test_a_bad_value_is_refused_by_a_merge_too(
-    client: TestClient,
-    world: World,
-    database_url: str,
-    tmp_path: Path,
-    table: str,
-    column: str,
-    value: Any,
+    corrupted: Corrupted, database_url: str, tmp_path: Path
 ) -> None:
     """--merge refuses what an import into an empty database refuses (a key twice aside: a
     merge skips it), as `transfer_refused` naming the line or the database's reason."""
-    build(client, world)
-    lines = dump(database_url).splitlines()
-    rows = [orjson.loads(line) for line in lines[1:-1]]
-    [row for row in rows if row["t"] == table][-1]["r"][column] = value
-    bad = b"\n".join([lines[0], *map(orjson.dumps, rows), lines[-1]]) + b"\n"
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
     with fresh(backend, tmp_path / "merge") as target:
         with client_on(target) as other:
             World(other.app.state.services.store).user("Someone", "elsewhere")
         before = _counts(target)
         with pytest.raises(TransferError, match="nothing imported") as refused:
-            import_database(target, [*io.BytesIO(bad)], merge=True)
+            import_database(target, [*io.BytesIO(corrupted.bad)], merge=True)
         assert refused.value.code == "transfer_refused"
         assert _counts(target) == before
 
