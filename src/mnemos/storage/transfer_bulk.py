@@ -22,12 +22,14 @@ refused with `TransferError`, naming the line when it can.
 
 from __future__ import annotations
 
+import math
 import re
 import typing
 import uuid
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime
 from enum import StrEnum
 from operator import itemgetter
@@ -42,10 +44,13 @@ from mnemos.storage.schema import UTCDateTime
 from mnemos.storage.sql_base import driver_connection
 from mnemos.storage.sqlite import INDEX_REFILL_SQL, INDEX_TRIGGER
 from mnemos.storage.transfer import TransferError, decoder, python_type
+from mnemos.storage.transfer_fts import SideIndex
 
 BATCH_ROWS = 10_000
 MAINTENANCE_MEMORY = "256MB"  # PostgreSQL: sort memory for the index builds after the load
 SQLITE_CACHE_KIB = 262_144  # SQLite: page cache for the load (the default 2 MiB spills to disk)
+FTS_LOAD_HASH_BYTES = int(__import__("os").environ.get("MNEMOS_FTS_HASH", 128 << 20))  # SQLite: FTS5 `hashsize` for the refill
+FTS_DEFAULT_HASH_BYTES = 1 << 20  # FTS5's own default
 
 REPLAYED = {
     INDEX_TRIGGER: INDEX_REFILL_SQL,
@@ -309,32 +314,151 @@ def _refuse_value(
 
 
 class Loader:
-    """Rows into the empty tables of one transaction, through the driver."""
+    """Rows into the empty tables of one transaction, through the driver.
 
-    def __init__(self, conn: Connection) -> None:
+    On PostgreSQL the rows of one table go through one `COPY` however many batches bring them:
+    the server works on the rows while the next batch is read and checked, where a `COPY` per
+    batch made each side wait for the other at its end. `finish` ends it (before any other
+    statement on the connection)."""
+
+    def __init__(self, conn: Connection, side: SideIndex | None = None) -> None:
         self.conn = conn
         self.dialect = conn.dialect
         self.errors = bad_data_errors(conn)
+        self.side = side
+        self._copy: _Copy | None = None
 
     def write(self, table: sa.Table, rows: list[dict[str, Any]], first_line: int) -> None:
         if not rows:
             return
         keys, values = tuples(table, rows, first_line, self.dialect)
+        self.write_values(table, keys, values, first_line)
+
+    def write_values(
+        self, table: sa.Table, keys: list[str], values: list[tuple[Any, ...]], first_line: int
+    ) -> None:
+        """Rows already in the driver's values (`tuples`), from consecutive lines of the file."""
+        if not values:
+            return
         quote = self.dialect.identifier_preparer.quote
         names = ", ".join(quote(key) for key in keys)
+        if self.dialect.name == "postgresql":
+            statement = f"COPY {quote(table.name)} ({names}) FROM STDIN"
+            if self._copy is None or self._copy.statement != statement:
+                self.finish()
+                self._copy = _Copy(self.conn, statement, str(table.name), self.errors)
+            self._copy.write(values, first_line)
+            return
+        marks = ", ".join("?" for _ in keys)
+        statement = f"INSERT INTO {quote(table.name)} ({names}) VALUES ({marks})"
         try:
-            if self.dialect.name == "postgresql":
-                statement = f"COPY {quote(table.name)} ({names}) FROM STDIN"
-                cursor = driver_connection(self.conn).cursor()
-                with cursor, cursor.copy(statement) as copy:
-                    for row in values:
-                        copy.write_row(row)
-            else:
-                marks = ", ".join("?" for _ in keys)
-                statement = f"INSERT INTO {quote(table.name)} ({names}) VALUES ({marks})"
-                driver_connection(self.conn).executemany(statement, values)
+            driver_connection(self.conn).executemany(statement, values)
         except self.errors as exc:
-            raise refusal(exc, table.name, first_line) from None
+            raise refusal(exc, table.name, lambda line: first_line + line - 1) from None
+        if self.side is not None and table.name == "memories":
+            self.side.add(keys, values)
+
+    def finish(self) -> None:
+        """End the open `COPY`, if any: its rows are then all in (or refused)."""
+        copy, self._copy = self._copy, None
+        if copy is not None:
+            copy.close()
+
+    def abort(self) -> None:
+        """Stop the open `COPY`, if any, keeping none of it (the import failed elsewhere)."""
+        copy, self._copy = self._copy, None
+        if copy is not None:
+            copy.abort()
+
+
+class _Copy:
+    """One open `COPY ... FROM STDIN` and where in the file each of its lines came from."""
+
+    def __init__(
+        self, conn: Connection, statement: str, table: str, errors: tuple[type[Exception], ...]
+    ) -> None:
+        self.statement, self.table, self.errors = statement, table, errors
+        self.starts: list[tuple[int, int]] = []  # (first COPY line of a batch, its file line)
+        self.lines = 0
+        self.stack = ExitStack()
+        try:
+            cursor = self.stack.enter_context(driver_connection(conn).cursor())
+            self.copy = self.stack.enter_context(cursor.copy(statement))
+        except errors as exc:
+            self._refuse(exc)
+
+    def write(self, values: list[tuple[Any, ...]], first_line: int) -> None:
+        self.starts.append((self.lines + 1, first_line))
+        self.lines += len(values)
+        try:
+            text = copy_text(values) if not __import__("os").environ.get("MNEMOS_PG_WRITE_ROW") else None
+            if text is not None:
+                self.copy.write(text)
+            else:
+                write_row = self.copy.write_row
+                for row in values:
+                    write_row(row)
+        except self.errors as exc:
+            self._refuse(exc)
+
+    def close(self) -> None:
+        try:
+            self.stack.close()
+        except self.errors as exc:
+            raise refusal(exc, self.table, self.file_line) from None
+
+    def file_line(self, line: int) -> int:
+        """The file's line of this COPY's `line` (counted from 1)."""
+        start, first = self.starts[bisect_right(self.starts, (line, math.inf)) - 1]
+        return first + line - start
+
+    def _refuse(self, exc: Exception) -> None:
+        error = refusal(exc, self.table, self.file_line if self.starts else None)
+        self.abort()
+        raise error from None
+
+    def abort(self) -> None:
+        """End the COPY with nothing of it kept (the transaction is rolled back then)."""
+        stopped = TransferError("import stopped")
+        with suppress(Exception):  # the server's answer to CopyFail, or the one that stopped it
+            self.stack.__exit__(TransferError, stopped, None)
+
+
+_COPY_SPECIALS = ("\\", "\t", "\n", "\r")
+_NULL = "\\N"
+
+
+def copy_text(values: list[tuple[Any, ...]]) -> bytes | None:
+    """Rows in the text format of PostgreSQL's `COPY` (tab-separated, `\\N` for null,
+    backslash escapes), built a column at a time: None if a column holds a type it does not
+    know (bytes), and psycopg then writes the rows itself."""
+    columns: list[Any] = []
+    for column in zip(*values, strict=True):
+        kinds = set(map(type, column))
+        if kinds <= TEXT_OR_NULL:
+            texts = [_NULL if value is None else value for value in column]
+            joined = "".join(filter(None, column))
+            if any(special in joined for special in _COPY_SPECIALS):
+                texts = [_NULL if value is None else _escaped(value) for value in column]
+        elif kinds <= {int, type(None)}:
+            texts = [_NULL if value is None else str(value) for value in column]
+        elif kinds <= {bool, type(None)}:
+            texts = [_NULL if value is None else "t" if value else "f" for value in column]
+        elif kinds <= {float, int, type(None)}:
+            texts = [_NULL if value is None else repr(value) for value in column]
+        else:
+            return None
+        columns.append(texts)
+    try:
+        return ("\n".join(map("\t".join, zip(*columns, strict=True))) + "\n").encode()
+    except UnicodeEncodeError:  # a lone surrogate: psycopg says what it makes of it
+        return None
+
+
+def _escaped(text: str) -> str:
+    for special, escape in zip(_COPY_SPECIALS, ("\\\\", "\\t", "\\n", "\\r"), strict=True):
+        text = text.replace(special, escape)
+    return text
 
 
 def bad_data_errors(conn: Connection) -> tuple[type[Exception], ...]:
@@ -347,8 +471,11 @@ def bad_data_errors(conn: Connection) -> tuple[type[Exception], ...]:
 _COPY_LINE = re.compile(r"\bline (\d+)")
 
 
-def refusal(exc: Exception, table: str | None, first_line: int | None = None) -> TransferError:
-    """The target's refusal of loaded rows, as the import's refusal (what, and where if known)."""
+def refusal(
+    exc: Exception, table: str | None, file_line: Callable[[int], int] | None = None
+) -> TransferError:
+    """The target's refusal of loaded rows, as the import's refusal (what, and where if known:
+    `file_line` turns the line COPY names into the file's)."""
     driver = getattr(exc, "orig", None) or exc
     reason = " ".join(str(driver).split())
     details: dict[str, Any] = {"reason": reason}
@@ -358,32 +485,52 @@ def refusal(exc: Exception, table: str | None, first_line: int | None = None) ->
         what = f"a row of {table!r}"
     context = getattr(getattr(driver, "diag", None), "context", None) or ""
     found = _COPY_LINE.search(context)
-    if found and first_line is not None:  # COPY counts the lines of this batch from 1
-        details["line"] = first_line + int(found.group(1)) - 1
+    if found and file_line is not None:
+        details["line"] = file_line(int(found.group(1)))
         what += f" (line {details['line']})"
     return TransferError(f"The target refused {what}: {reason}; nothing imported", details)
 
 
 @contextmanager
-def bulk_load(conn: Connection, tables: list[str]) -> Iterator[Loader]:
+def bulk_load(
+    conn: Connection, tables: list[str], *, side_index: bool = False
+) -> Iterator[Loader]:
     """Set indexes, foreign keys and the `REPLAYED` triggers aside, yield a loader for the
     empty `tables`, then do the triggers' work once and build everything again. Rows that break
-    a constraint then (a key twice, a missing parent) are refused as `TransferError`."""
+    a constraint then (a key twice, a missing parent) are refused as `TransferError`.
+
+    `side_index` (SQLite): every memory goes in through the loader, so the FTS5 index can be
+    built beside the load by a process of its own (`transfer_fts.py`)."""
+    side: SideIndex | None = None
+    refill: list[str] = []
     if conn.dialect.name == "postgresql":
         restore = _postgres_aside(conn, tables)
     else:
-        restore = _sqlite_aside(conn)
-    yield Loader(conn)
+        restore, refill = _sqlite_aside(conn)
+        if side_index and refill and "memories" in tables:
+            side = SideIndex(conn)
+    loader = Loader(conn, side)
+    try:
+        yield loader
+    except BaseException:
+        loader.abort()  # a refusal found while a COPY was open: the connection can roll back
+        if side is not None:
+            side.close()
+        raise
+    loader.finish()
+    if side is not None and side.copy_into(conn):
+        refill = []
     errors = bad_data_errors(conn)
-    for statement in restore:
+    for statement in [*refill, *restore]:
         try:
             conn.exec_driver_sql(statement)
         except errors as exc:
             raise refusal(exc, None) from None
 
 
-def _sqlite_aside(conn: Connection) -> list[str]:
-    """SQLite: drop every named index and the replayed triggers; return what restores them.
+def _sqlite_aside(conn: Connection) -> tuple[list[str], list[str]]:
+    """SQLite: drop every named index and the replayed triggers; return what restores them,
+    and apart what fills the FTS5 index (empty if its trigger was not there).
     (A unique constraint's own index stays: SQLite cannot drop it.)"""
     conn.exec_driver_sql(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
     saved = conn.exec_driver_sql(
@@ -393,8 +540,31 @@ def _sqlite_aside(conn: Connection) -> list[str]:
     ).all()
     for kind, name, _ in saved:
         conn.exec_driver_sql(f'DROP {kind.upper()} "{name}"')
-    replays = [REPLAYED[name] for kind, name, _ in saved if kind == "trigger"]
-    return [*replays, *(sql for _, _, sql in saved)]
+    triggers = [name for kind, name, _ in saved if kind == "trigger"]
+    replays = [REPLAYED[name] for name in triggers if name != INDEX_TRIGGER]
+    refill: list[str] = []
+    if INDEX_TRIGGER in triggers:
+        refill = [
+            *_fts_hash(conn, FTS_LOAD_HASH_BYTES),
+            REPLAYED[INDEX_TRIGGER],
+            *_fts_hash(conn, None),
+        ]
+    return [*replays, *(sql for _, _, sql in saved)], refill
+
+
+def _fts_hash(conn: Connection, size: int | None) -> list[str]:
+    """The statement that sets the FTS5 index's `hashsize` to `size` (None: what it is now).
+
+    FTS5 keeps the words of a transaction's new rows in memory and writes them out as a new
+    segment whenever they pass `hashsize` (1 MiB by default), merging segments as they pile up:
+    the refill of a whole import then writes each entry several times. With room for the whole
+    refill it writes one segment, once."""
+    if size is None:
+        held = conn.exec_driver_sql(
+            "SELECT v FROM memories_fts_config WHERE k = 'hashsize'"
+        ).scalar()
+        size = int(held) if held is not None else FTS_DEFAULT_HASH_BYTES
+    return [f"INSERT INTO memories_fts(memories_fts, rank) VALUES ('hashsize', {int(size)})"]
 
 
 def _postgres_aside(conn: Connection, tables: list[str]) -> list[str]:
@@ -413,6 +583,13 @@ def _postgres_aside(conn: Connection, tables: list[str]) -> list[str]:
         "AND c.contype IN ('p', 'u', 'x'))",
         {"tables": tables},
     ).all()
+    unique = conn.exec_driver_sql(
+        "SELECT conrelid::regclass::text, quote_ident(conname), pg_get_constraintdef(oid) "
+        "FROM pg_constraint WHERE contype IN ('p', 'u') "
+        "AND connamespace = current_schema()::regnamespace "
+        "AND conrelid::regclass::text = ANY(%(tables)s)",
+        {"tables": tables},
+    ).all() if __import__("os").environ.get("MNEMOS_PG_KEEP_KEYS") is None else []
     triggers = conn.exec_driver_sql(
         "SELECT tgrelid::regclass::text, quote_ident(tgname), tgname FROM pg_trigger "
         "WHERE tgname = ANY(%(names)s) AND NOT tgisinternal "
@@ -423,11 +600,14 @@ def _postgres_aside(conn: Connection, tables: list[str]) -> list[str]:
         conn.exec_driver_sql(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
     for name, _ in indexes:
         conn.exec_driver_sql(f"DROP INDEX {name}")
+    for table, name, _ in unique:
+        conn.exec_driver_sql(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
     for table, name, _ in triggers:
         conn.exec_driver_sql(f"ALTER TABLE {table} DISABLE TRIGGER {name}")
     return [
         *(f"ALTER TABLE {table} ENABLE TRIGGER {name}" for table, name, _ in triggers),
         *(REPLAYED[raw] for _, _, raw in triggers),
         *(definition for _, definition in indexes),
+        *(f"ALTER TABLE {table} ADD CONSTRAINT {name} {spec}" for table, name, spec in unique),
         *(f"ALTER TABLE {table} ADD CONSTRAINT {name} {spec}" for table, name, spec in keys),
     ]
