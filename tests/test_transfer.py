@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -30,7 +29,7 @@ from fastapi.testclient import TestClient
 from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain.search import index_text
-from mnemos.storage import migrate, open_store, transfer_fts, transfer_import
+from mnemos.storage import migrate, open_store, transfer_import
 from mnemos.storage.base import Store
 from mnemos.storage.transfer import FORMAT_VERSION, TransferError, export_database
 from mnemos.storage.transfer_import import import_database
@@ -248,29 +247,10 @@ def test_a_file_of_a_newer_format_is_refused(database_url: str) -> None:
 
 
 @pytest.fixture
-def small_batches(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """The fast path with batches of 3 rows, and the FTS5 side process (SQLite) started by the
-    first: a small world then takes every path a big import takes (a COPY across batches, the
-    index built beside the load). Its scratch files go under the returned directory."""
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path in batches of 3 rows: a small world then takes the paths a big import
+    takes (on PostgreSQL, one COPY per table across batches)."""
     monkeypatch.setattr(transfer_import, "BULK_BATCH_ROWS", 3)
-    monkeypatch.setattr(transfer_fts, "SIDE_MIN_ROWS", 1)
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    return scratch
-
-
-def _side_indexes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """What each side index's copy returned (True: the index came from the side process)."""
-    copied: list[bool] = []
-    copy_into = transfer_fts.SideIndex.copy_into
-
-    def watched(self: transfer_fts.SideIndex, conn: Any) -> bool:
-        copied.append(copy_into(self, conn))
-        return copied[-1]
-
-    monkeypatch.setattr(transfer_fts.SideIndex, "copy_into", watched)
-    return copied
 
 
 @pytest.mark.parametrize("batches", ["whole", "small"])
@@ -282,7 +262,8 @@ def test_a_cut_file_is_refused_and_leaves_nothing(
     batches: str,
     request: pytest.FixtureRequest,
 ) -> None:
-    scratch = request.getfixturevalue("small_batches") if batches == "small" else None
+    if batches == "small":
+        request.getfixturevalue("small_batches")
     build(client, world)
     export = dump(database_url)
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
@@ -296,8 +277,6 @@ def test_a_cut_file_is_refused_and_leaves_nothing(
                     count = conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar()
                     assert count == 0, (cut, table)
             engine.dispose()
-            if scratch is not None:  # the side process is gone, and its scratch database
-                assert list(scratch.iterdir()) == []
         import_database(target, [*io.BytesIO(export)])  # the whole file still goes in
 
 
@@ -435,15 +414,13 @@ def test_the_fast_import_answers_as_a_row_by_row_import(
     tmp_path: Path,
     batches: str,
     request: pytest.FixtureRequest,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Into an empty database indexes, foreign keys and the FTS / embedding-queue triggers are
-    set aside and rebuilt once (`transfer_bulk.py`; in small batches, on SQLite, the FTS index
-    is built by a side process, `transfer_fts.py`); `--merge` inserts row by row with every
-    trigger firing: both give the same answers, the same derived data, the same schema."""
+    """Into an empty database indexes, keys and the FTS / embedding-queue triggers are set
+    aside and rebuilt once (`transfer_bulk.py`), in whole or small batches; `--merge` inserts
+    row by row with every trigger firing: both give the same answers, the same derived data,
+    the same schema."""
     if batches == "small":
         request.getfixturevalue("small_batches")
-    copied = _side_indexes(monkeypatch)
     people, agents, _ = build(client, world)
     export = dump(database_url)
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
@@ -451,7 +428,6 @@ def test_the_fast_import_answers_as_a_row_by_row_import(
         schema = _catalog(fast)
         import_database(fast, [*io.BytesIO(export)])
         import_database(slow, [*io.BytesIO(export)], merge=True)  # empty: every row goes in
-        assert copied == ([batches == "small"] if backend == "sqlite" else [])
         assert _catalog(fast) == schema
         assert _derived(fast) == _derived(slow)
         assert _fts_sound(fast)
@@ -484,39 +460,6 @@ def _fts_sound(url: str) -> bool:
         ]
     engine.dispose()
     return counts[0] == counts[1]
-
-
-def test_the_import_indexes_by_itself_when_the_side_process_dies(
-    client: TestClient,
-    world: World,
-    database_url: str,
-    tmp_path: Path,
-    small_batches: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """SQLite: the FTS5 side process killed after its first batch: the import fills the index
-    itself (`sqlite.INDEX_REFILL_SQL`), with the same result."""
-    if not database_url.startswith("sqlite"):
-        pytest.skip("the side index is SQLite's")
-    build(client, world)
-    export = dump(database_url)
-    add = transfer_fts.SideIndex.add
-
-    def add_then_die(self: transfer_fts.SideIndex, keys: list[str], values: list[Any]) -> None:
-        add(self, keys, values)
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    monkeypatch.setattr(transfer_fts.SideIndex, "add", add_then_die)
-    copied = _side_indexes(monkeypatch)
-    with fresh("sqlite", tmp_path / "fast") as fast, fresh("sqlite", tmp_path / "slow") as slow:
-        import_database(fast, [*io.BytesIO(export)])
-        import_database(slow, [*io.BytesIO(export)], merge=True)
-        assert copied == [False]
-        assert _derived(fast) == _derived(slow)
-        assert _fts_sound(fast)
-    assert list(small_batches.iterdir()) == []
 
 
 BAD_VALUES = [
@@ -592,14 +535,14 @@ def test_a_bad_value_is_refused_and_leaves_nothing(
         import_database(target, [*io.BytesIO(corrupted.good)])  # the good file still goes in
 
 
+@pytest.mark.usefixtures("small_batches")
 def test_a_row_postgresql_refuses_is_named_by_its_line(
-    client: TestClient, world: World, database_url: str, tmp_path: Path, small_batches: Path
+    client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:
     """One COPY takes a table's rows across batches: the line PostgreSQL names is still the
     file's (a null `content`: only the database's NOT NULL refuses it)."""
     if not database_url.startswith("postgres"):
         pytest.skip("SQLite names no row")
-    del small_batches  # (batches of 3 rows)
     build(client, world)
     lines = dump(database_url).splitlines()
     numbers = [n for n, line in enumerate(lines, start=1) if line.startswith(b'{"t":"memories"')]

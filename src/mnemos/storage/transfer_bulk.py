@@ -44,13 +44,10 @@ from mnemos.storage.schema import UTCDateTime
 from mnemos.storage.sql_base import driver_connection
 from mnemos.storage.sqlite import INDEX_REFILL_SQL, INDEX_TRIGGER
 from mnemos.storage.transfer import TransferError, decoder, python_type
-from mnemos.storage.transfer_fts import SideIndex
 
 BATCH_ROWS = 10_000
 MAINTENANCE_MEMORY = "256MB"  # PostgreSQL: sort memory for the index builds after the load
 SQLITE_CACHE_KIB = 262_144  # SQLite: page cache for the load (the default 2 MiB spills to disk)
-FTS_LOAD_HASH_BYTES = int(__import__("os").environ.get("MNEMOS_FTS_HASH", 128 << 20))  # SQLite: FTS5 `hashsize` for the refill
-FTS_DEFAULT_HASH_BYTES = 1 << 20  # FTS5's own default
 
 REPLAYED = {
     INDEX_TRIGGER: INDEX_REFILL_SQL,
@@ -321,11 +318,10 @@ class Loader:
     batch made each side wait for the other at its end. `finish` ends it (before any other
     statement on the connection)."""
 
-    def __init__(self, conn: Connection, side: SideIndex | None = None) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.dialect = conn.dialect
         self.errors = bad_data_errors(conn)
-        self.side = side
         self._copy: _Copy | None = None
 
     def write(self, table: sa.Table, rows: list[dict[str, Any]], first_line: int) -> None:
@@ -355,8 +351,6 @@ class Loader:
             driver_connection(self.conn).executemany(statement, values)
         except self.errors as exc:
             raise refusal(exc, table.name, lambda line: first_line + line - 1) from None
-        if self.side is not None and table.name == "memories":
-            self.side.add(keys, values)
 
     def finish(self) -> None:
         """End the open `COPY`, if any: its rows are then all in (or refused)."""
@@ -390,14 +384,10 @@ class _Copy:
     def write(self, values: list[tuple[Any, ...]], first_line: int) -> None:
         self.starts.append((self.lines + 1, first_line))
         self.lines += len(values)
+        write_row = self.copy.write_row
         try:
-            text = copy_text(values) if not __import__("os").environ.get("MNEMOS_PG_WRITE_ROW") else None
-            if text is not None:
-                self.copy.write(text)
-            else:
-                write_row = self.copy.write_row
-                for row in values:
-                    write_row(row)
+            for row in values:
+                write_row(row)
         except self.errors as exc:
             self._refuse(exc)
 
@@ -422,43 +412,6 @@ class _Copy:
         stopped = TransferError("import stopped")
         with suppress(Exception):  # the server's answer to CopyFail, or the one that stopped it
             self.stack.__exit__(TransferError, stopped, None)
-
-
-_COPY_SPECIALS = ("\\", "\t", "\n", "\r")
-_NULL = "\\N"
-
-
-def copy_text(values: list[tuple[Any, ...]]) -> bytes | None:
-    """Rows in the text format of PostgreSQL's `COPY` (tab-separated, `\\N` for null,
-    backslash escapes), built a column at a time: None if a column holds a type it does not
-    know (bytes), and psycopg then writes the rows itself."""
-    columns: list[Any] = []
-    for column in zip(*values, strict=True):
-        kinds = set(map(type, column))
-        if kinds <= TEXT_OR_NULL:
-            texts = [_NULL if value is None else value for value in column]
-            joined = "".join(filter(None, column))
-            if any(special in joined for special in _COPY_SPECIALS):
-                texts = [_NULL if value is None else _escaped(value) for value in column]
-        elif kinds <= {int, type(None)}:
-            texts = [_NULL if value is None else str(value) for value in column]
-        elif kinds <= {bool, type(None)}:
-            texts = [_NULL if value is None else "t" if value else "f" for value in column]
-        elif kinds <= {float, int, type(None)}:
-            texts = [_NULL if value is None else repr(value) for value in column]
-        else:
-            return None
-        columns.append(texts)
-    try:
-        return ("\n".join(map("\t".join, zip(*columns, strict=True))) + "\n").encode()
-    except UnicodeEncodeError:  # a lone surrogate: psycopg says what it makes of it
-        return None
-
-
-def _escaped(text: str) -> str:
-    for special, escape in zip(_COPY_SPECIALS, ("\\\\", "\\t", "\\n", "\\r"), strict=True):
-        text = text.replace(special, escape)
-    return text
 
 
 def bad_data_errors(conn: Connection) -> tuple[type[Exception], ...]:
@@ -492,45 +445,31 @@ def refusal(
 
 
 @contextmanager
-def bulk_load(
-    conn: Connection, tables: list[str], *, side_index: bool = False
-) -> Iterator[Loader]:
+def bulk_load(conn: Connection, tables: list[str]) -> Iterator[Loader]:
     """Set indexes, foreign keys and the `REPLAYED` triggers aside, yield a loader for the
     empty `tables`, then do the triggers' work once and build everything again. Rows that break
-    a constraint then (a key twice, a missing parent) are refused as `TransferError`.
-
-    `side_index` (SQLite): every memory goes in through the loader, so the FTS5 index can be
-    built beside the load by a process of its own (`transfer_fts.py`)."""
-    side: SideIndex | None = None
-    refill: list[str] = []
+    a constraint then (a key twice, a missing parent) are refused as `TransferError`."""
     if conn.dialect.name == "postgresql":
         restore = _postgres_aside(conn, tables)
     else:
-        restore, refill = _sqlite_aside(conn)
-        if side_index and refill and "memories" in tables:
-            side = SideIndex(conn)
-    loader = Loader(conn, side)
+        restore = _sqlite_aside(conn)
+    loader = Loader(conn)
     try:
         yield loader
     except BaseException:
         loader.abort()  # a refusal found while a COPY was open: the connection can roll back
-        if side is not None:
-            side.close()
         raise
     loader.finish()
-    if side is not None and side.copy_into(conn):
-        refill = []
     errors = bad_data_errors(conn)
-    for statement in [*refill, *restore]:
+    for statement in restore:
         try:
             conn.exec_driver_sql(statement)
         except errors as exc:
             raise refusal(exc, None) from None
 
 
-def _sqlite_aside(conn: Connection) -> tuple[list[str], list[str]]:
-    """SQLite: drop every named index and the replayed triggers; return what restores them,
-    and apart what fills the FTS5 index (empty if its trigger was not there).
+def _sqlite_aside(conn: Connection) -> list[str]:
+    """SQLite: drop every named index and the replayed triggers; return what restores them.
     (A unique constraint's own index stays: SQLite cannot drop it.)"""
     conn.exec_driver_sql(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
     saved = conn.exec_driver_sql(
@@ -540,31 +479,8 @@ def _sqlite_aside(conn: Connection) -> tuple[list[str], list[str]]:
     ).all()
     for kind, name, _ in saved:
         conn.exec_driver_sql(f'DROP {kind.upper()} "{name}"')
-    triggers = [name for kind, name, _ in saved if kind == "trigger"]
-    replays = [REPLAYED[name] for name in triggers if name != INDEX_TRIGGER]
-    refill: list[str] = []
-    if INDEX_TRIGGER in triggers:
-        refill = [
-            *_fts_hash(conn, FTS_LOAD_HASH_BYTES),
-            REPLAYED[INDEX_TRIGGER],
-            *_fts_hash(conn, None),
-        ]
-    return [*replays, *(sql for _, _, sql in saved)], refill
-
-
-def _fts_hash(conn: Connection, size: int | None) -> list[str]:
-    """The statement that sets the FTS5 index's `hashsize` to `size` (None: what it is now).
-
-    FTS5 keeps the words of a transaction's new rows in memory and writes them out as a new
-    segment whenever they pass `hashsize` (1 MiB by default), merging segments as they pile up:
-    the refill of a whole import then writes each entry several times. With room for the whole
-    refill it writes one segment, once."""
-    if size is None:
-        held = conn.exec_driver_sql(
-            "SELECT v FROM memories_fts_config WHERE k = 'hashsize'"
-        ).scalar()
-        size = int(held) if held is not None else FTS_DEFAULT_HASH_BYTES
-    return [f"INSERT INTO memories_fts(memories_fts, rank) VALUES ('hashsize', {int(size)})"]
+    replays = [REPLAYED[name] for kind, name, _ in saved if kind == "trigger"]
+    return [*replays, *(sql for _, _, sql in saved)]
 
 
 def _postgres_aside(conn: Connection, tables: list[str]) -> list[str]:
@@ -583,13 +499,6 @@ def _postgres_aside(conn: Connection, tables: list[str]) -> list[str]:
         "AND c.contype IN ('p', 'u', 'x'))",
         {"tables": tables},
     ).all()
-    unique = conn.exec_driver_sql(
-        "SELECT conrelid::regclass::text, quote_ident(conname), pg_get_constraintdef(oid) "
-        "FROM pg_constraint WHERE contype IN ('p', 'u') "
-        "AND connamespace = current_schema()::regnamespace "
-        "AND conrelid::regclass::text = ANY(%(tables)s)",
-        {"tables": tables},
-    ).all() if __import__("os").environ.get("MNEMOS_PG_KEEP_KEYS") is None else []
     triggers = conn.exec_driver_sql(
         "SELECT tgrelid::regclass::text, quote_ident(tgname), tgname FROM pg_trigger "
         "WHERE tgname = ANY(%(names)s) AND NOT tgisinternal "
@@ -600,14 +509,11 @@ def _postgres_aside(conn: Connection, tables: list[str]) -> list[str]:
         conn.exec_driver_sql(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
     for name, _ in indexes:
         conn.exec_driver_sql(f"DROP INDEX {name}")
-    for table, name, _ in unique:
-        conn.exec_driver_sql(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
     for table, name, _ in triggers:
         conn.exec_driver_sql(f"ALTER TABLE {table} DISABLE TRIGGER {name}")
     return [
         *(f"ALTER TABLE {table} ENABLE TRIGGER {name}" for table, name, _ in triggers),
         *(REPLAYED[raw] for _, _, raw in triggers),
         *(definition for _, definition in indexes),
-        *(f"ALTER TABLE {table} ADD CONSTRAINT {name} {spec}" for table, name, spec in unique),
         *(f"ALTER TABLE {table} ADD CONSTRAINT {name} {spec}" for table, name, spec in keys),
     ]

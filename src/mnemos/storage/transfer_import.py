@@ -165,7 +165,7 @@ def import_database(
                 targets, old = _load(conn, stream, summary, progress, None)
             else:
                 names = [str(table.name) for table in exported_tables()]
-                with bulk_load(conn, names, side_index=True) as loader, _collector_paused():
+                with bulk_load(conn, names) as loader, _collector_paused():
                     targets, old = _load(conn, stream, summary, progress, loader)
             _after_import(conn, targets.values(), old)
     finally:
