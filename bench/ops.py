@@ -7,7 +7,12 @@ imports the file into a fresh database of each backend given (`mnemos import`'s 
 reporting rows per second and memories per second. Then, on SQLite with the same data, serves
 the agent list (~10,000 memories) from two servers at once, `MNEMOS_METRICS` off and on, asked
 in turn, and reports p50s and their ratio (`--rounds 0` skips that part). Writes
-`bench/results/<date>/import/ops.json`. Loopback only; every loop is bounded.
+`bench/results/<date>/import/ops.json` (`--out`, `--name`). Loopback only; every loop is bounded.
+
+Each import runs as a process of its own (`bench.import_once`). `--export FILE` imports that
+file (made first if missing) instead of a new export; `--baseline DIR` imports it with the Mnemos
+source tree at DIR too (e.g. `git archive main src | tar -x -C DIR`), before this one, into a
+fresh database of the same backend, and reports the speed-up: before and after in the same run.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ for each trigger and each foreign-key check. Into an empty database none of it i
 - values go from the file's JSON straight to the driver's form (`converter`): on SQLite a UUID
   loses its dashes and a UTC time is sliced into SQLite's text; PostgreSQL's `COPY` parses both
   itself, from the text as the file holds it;
-- rows go in batches of `BATCH_ROWS` through the driver: `executemany` on SQLite, `COPY` on
-  PostgreSQL;
+- rows go in batches of `BATCH_ROWS` through the driver: `executemany` on SQLite; on
+  PostgreSQL one `COPY` per table, which the batches feed in turn;
 - secondary indexes, and on PostgreSQL the foreign keys, are set aside before the load and
   built again after it from their own definitions, read back from the database; the triggers
   that derive data from a new memory (`REPLAYED`) are set aside and their work is done once
