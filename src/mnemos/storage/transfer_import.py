@@ -35,7 +35,8 @@ from mnemos.storage.transfer import (
     nothing,
 )
 from mnemos.storage.transfer_bulk import BATCH_ROWS as BULK_BATCH_ROWS
-from mnemos.storage.transfer_bulk import Loader, bad_data_errors, bulk_load, refusal, tuples
+from mnemos.storage.transfer_bulk import Loader, bad_data_errors, bulk_load, refusal
+from mnemos.storage.transfer_values import tuples
 
 
 def occupied_tables(conn: Connection) -> list[str]:
