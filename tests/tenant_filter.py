@@ -54,7 +54,7 @@ SOURCE = str(ROOT / "src" / "mnemos") + "/"
 TESTS = (str(ROOT / "tests") + "/", str(ROOT / "bench") + "/")
 ALLOWED = (
     SOURCE + "migrations/",
-    SOURCE + "storage/transfer",  # transfer.py, transfer_import.py, transfer_bulk.py
+    SOURCE + "storage/transfer",  # transfer.py and transfer_*.py (export, import)
 )
 LOG_ENV = "MNEMOS_TEST_TENANT_LOG"  # where processes of their own report (`tests/watched.py`)
 SKIPPED = ("/sqlalchemy/", "/alembic/", "/contextlib.py", "/threading.py", __file__)

@@ -17,6 +17,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from fastapi.testclient import TestClient
 from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain.search import index_text
-from mnemos.storage import migrate, open_store
+from mnemos.storage import migrate, open_store, transfer_import
 from mnemos.storage.base import Store
 from mnemos.storage.transfer import FORMAT_VERSION, TransferError, export_database
 from mnemos.storage.transfer_import import import_database
@@ -245,9 +246,24 @@ def test_a_file_of_a_newer_format_is_refused(database_url: str) -> None:
         import_database(database_url, [b"hello\n"])
 
 
+@pytest.fixture
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path in batches of 3 rows: a small world then takes the paths a big import
+    takes (on PostgreSQL, one COPY per table across batches)."""
+    monkeypatch.setattr(transfer_import, "BULK_BATCH_ROWS", 3)
+
+
+@pytest.mark.parametrize("batches", ["whole", "small"])
 def test_a_cut_file_is_refused_and_leaves_nothing(
-    client: TestClient, world: World, database_url: str, tmp_path: Path
+    client: TestClient,
+    world: World,
+    database_url: str,
+    tmp_path: Path,
+    batches: str,
+    request: pytest.FixtureRequest,
 ) -> None:
+    if batches == "small":
+        request.getfixturevalue("small_batches")
     build(client, world)
     export = dump(database_url)
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
@@ -390,12 +406,21 @@ def _catalog(url: str) -> list[tuple[Any, ...]]:
     return found
 
 
+@pytest.mark.parametrize("batches", ["whole", "small"])
 def test_the_fast_import_answers_as_a_row_by_row_import(
-    client: TestClient, world: World, database_url: str, tmp_path: Path
+    client: TestClient,
+    world: World,
+    database_url: str,
+    tmp_path: Path,
+    batches: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """Into an empty database indexes, foreign keys and the FTS / embedding-queue triggers are
-    set aside and rebuilt once (`transfer_bulk.py`); `--merge` inserts row by row with every
-    trigger firing: both give the same answers, the same derived data, the same schema."""
+    """Into an empty database indexes, keys and the FTS / embedding-queue triggers are set
+    aside and rebuilt once (`transfer_bulk.py`), in whole or small batches; `--merge` inserts
+    row by row with every trigger firing: both give the same answers, the same derived data,
+    the same schema."""
+    if batches == "small":
+        request.getfixturevalue("small_batches")
     people, agents, _ = build(client, world)
     export = dump(database_url)
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
@@ -405,6 +430,7 @@ def test_the_fast_import_answers_as_a_row_by_row_import(
         import_database(slow, [*io.BytesIO(export)], merge=True)  # empty: every row goes in
         assert _catalog(fast) == schema
         assert _derived(fast) == _derived(slow)
+        assert _fts_sound(fast)
         assert len(_derived(fast)["queue"]) == export.count(b'"t":"memories"')
         cursors: dict[str, str] = {}
         with client_on(slow) as row_by_row:
@@ -419,6 +445,21 @@ def test_the_fast_import_answers_as_a_row_by_row_import(
                         AGENT, params={"content_query": word, "limit": 100}, headers=agent.headers
                     )
                     assert row["id"] in {hit["id"] for hit in found.json()["data"]}, word
+
+
+def _fts_sound(url: str) -> bool:
+    """SQLite: FTS5's own integrity check passes and it holds one entry per memory."""
+    if not url.startswith("sqlite"):
+        return True
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')")
+        counts = [
+            conn.exec_driver_sql(f"SELECT count(*) FROM {name}").scalar_one()
+            for name in ("memories_fts_docsize", "memories")
+        ]
+    engine.dispose()
+    return counts[0] == counts[1]
 
 
 BAD_VALUES = [
@@ -441,31 +482,49 @@ BAD_VALUES = [
 ]
 
 
-@pytest.mark.parametrize(("table", "column", "value"), BAD_VALUES)
-def test_a_bad_value_is_refused_and_leaves_nothing(
-    client: TestClient,
-    world: World,
-    database_url: str,
-    tmp_path: Path,
-    table: str,
-    column: str,
-    value: Any,
-) -> None:
+@dataclass
+class Corrupted:
+    """The export of the visibility world (`good`), and the same file with one bad value."""
+
+    good: bytes
+    bad: bytes
+
+
+@pytest.fixture
+def corrupted(
+    client: TestClient, world: World, database_url: str, request: pytest.FixtureRequest
+) -> Corrupted:
+    """`request.param`, a `BAD_VALUES` entry (table, column, value), put into the last row of
+    that table of an export (a "duplicate" copies the first row's value, and its tenant: keys
+    are unique per tenant). Both bad-value tests below take it."""
+    table, column, value = request.param
     build(client, world)
-    export = dump(database_url)
-    lines = export.splitlines()
+    good = dump(database_url)
+    lines = good.splitlines()
     rows = [orjson.loads(line) for line in lines[1:-1]]
     mine = [row for row in rows if row["t"] == table]
-    if value == "duplicate":  # keys are unique per tenant (memories.id: one tenant's)
+    if value == "duplicate":
         value = mine[0]["r"][column]
         mine[-1]["r"]["tenant_id"] = mine[0]["r"]["tenant_id"]
     mine[-1]["r"][column] = value
-    bad = b"\n".join([lines[0], *map(orjson.dumps, rows), lines[-1]]) + b"\n"
+    return Corrupted(good, b"\n".join([lines[0], *map(orjson.dumps, rows), lines[-1]]) + b"\n")
+
+
+def _bad(values: list[tuple[str, str, Any]]) -> Any:
+    """Each bad value, for the `corrupted` fixture, with a readable test id."""
+    ids = [f"{table}.{column}={value!r:.30}" for table, column, value in values]
+    return pytest.mark.parametrize("corrupted", values, ids=ids, indirect=True)
+
+
+@_bad(BAD_VALUES)
+def test_a_bad_value_is_refused_and_leaves_nothing(
+    corrupted: Corrupted, database_url: str, tmp_path: Path
+) -> None:
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
     with fresh(backend, tmp_path / "bad") as target:
         schema = _catalog(target)
         with pytest.raises(TransferError, match="nothing imported") as refused:
-            import_database(target, [*io.BytesIO(bad)])
+            import_database(target, [*io.BytesIO(corrupted.bad)])
         assert refused.value.code == "transfer_refused"
         assert _catalog(target) == schema  # indexes, keys and triggers set aside are back
         engine = sa.create_engine(target.replace("postgresql://", "postgresql+psycopg://"))
@@ -473,7 +532,30 @@ def test_a_bad_value_is_refused_and_leaves_nothing(
             for name in ("organizations", "users", "memories", "memory_history", "vector_queue"):
                 assert conn.execute(sa.text(f"SELECT count(*) FROM {name}")).scalar() == 0, name
         engine.dispose()
-        import_database(target, [*io.BytesIO(export)])  # the good file still goes in whole
+        import_database(target, [*io.BytesIO(corrupted.good)])  # the good file still goes in
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_a_row_postgresql_refuses_is_named_by_its_line(
+    client: TestClient, world: World, database_url: str, tmp_path: Path
+) -> None:
+    """One COPY takes a table's rows across batches: the line PostgreSQL names is still the
+    file's (a null `content`: only the database's NOT NULL refuses it)."""
+    if not database_url.startswith("postgres"):
+        pytest.skip("SQLite names no row")
+    build(client, world)
+    lines = dump(database_url).splitlines()
+    numbers = [n for n, line in enumerate(lines, start=1) if line.startswith(b'{"t":"memories"')]
+    assert len(numbers) > 7
+    record = orjson.loads(lines[numbers[7] - 1])
+    record["r"]["content"] = None
+    lines[numbers[7] - 1] = orjson.dumps(record)
+    with fresh("postgresql", tmp_path / "line") as target:
+        with pytest.raises(TransferError, match="nothing imported") as refused:
+            import_database(target, [line + b"\n" for line in lines])
+        assert refused.value.details is not None
+        assert refused.value.details["line"] == numbers[7]
+        assert refused.value.details["table"] == "memories"
 
 
 @pytest.mark.parametrize(
@@ -492,32 +574,19 @@ def test_a_line_that_is_not_a_row_is_refused(
         assert refused.value.details == {"line": 2}
 
 
-@pytest.mark.parametrize(
-    ("table", "column", "value"), [bad for bad in BAD_VALUES if bad[2] != "duplicate"]
-)
+@_bad([bad for bad in BAD_VALUES if bad[2] != "duplicate"])
 def test_a_bad_value_is_refused_by_a_merge_too(
-    client: TestClient,
-    world: World,
-    database_url: str,
-    tmp_path: Path,
-    table: str,
-    column: str,
-    value: Any,
+    corrupted: Corrupted, database_url: str, tmp_path: Path
 ) -> None:
     """--merge refuses what an import into an empty database refuses (a key twice aside: a
     merge skips it), as `transfer_refused` naming the line or the database's reason."""
-    build(client, world)
-    lines = dump(database_url).splitlines()
-    rows = [orjson.loads(line) for line in lines[1:-1]]
-    [row for row in rows if row["t"] == table][-1]["r"][column] = value
-    bad = b"\n".join([lines[0], *map(orjson.dumps, rows), lines[-1]]) + b"\n"
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
     with fresh(backend, tmp_path / "merge") as target:
         with client_on(target) as other:
             World(other.app.state.services.store).user("Someone", "elsewhere")
         before = _counts(target)
         with pytest.raises(TransferError, match="nothing imported") as refused:
-            import_database(target, [*io.BytesIO(bad)], merge=True)
+            import_database(target, [*io.BytesIO(corrupted.bad)], merge=True)
         assert refused.value.code == "transfer_refused"
         assert _counts(target) == before
 

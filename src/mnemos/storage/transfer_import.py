@@ -35,7 +35,8 @@ from mnemos.storage.transfer import (
     nothing,
 )
 from mnemos.storage.transfer_bulk import BATCH_ROWS as BULK_BATCH_ROWS
-from mnemos.storage.transfer_bulk import Loader, bad_data_errors, bulk_load, refusal, tuples
+from mnemos.storage.transfer_bulk import Loader, bad_data_errors, bulk_load, refusal
+from mnemos.storage.transfer_values import tuples
 
 
 def occupied_tables(conn: Connection) -> list[str]:
@@ -162,12 +163,12 @@ def import_database(
                     {"tables": occupied},
                 )
             if merge:
-                targets = _load(conn, stream, summary, progress, None)
+                targets, old = _load(conn, stream, summary, progress, None)
             else:
                 names = [str(table.name) for table in exported_tables()]
                 with bulk_load(conn, names) as loader, _collector_paused():
-                    targets = _load(conn, stream, summary, progress, loader)
-            _after_import(conn, targets.values())
+                    targets, old = _load(conn, stream, summary, progress, loader)
+            _after_import(conn, targets.values(), old)
     finally:
         engine.dispose()
     return summary
@@ -193,27 +194,32 @@ def _load(
     summary: Summary,
     progress: Progress,
     loader: Loader | None,
-) -> dict[str, _Target]:
+) -> tuple[dict[str, _Target], bool]:
     """Every row of the file into its table, a batch at a time: through `loader` into an empty
-    database, else merged (`loader` None)."""
+    database, else merged (`loader` None). True with them if a row came without its tenant (a
+    file from before revision 0018)."""
     targets: dict[str, _Target] = {}
     batch: list[dict[str, Any]] = []
     current: str | None = None
     first = 0
+    old = False
     size = BATCH_ROWS if loader is None else BULK_BATCH_ROWS
     for number, name, row in _records(stream, progress):
         if name in MEMORY_SIDE and "tenant_id" not in row:  # a file from before revision 0018
             row["tenant_id"] = UNNAMED
+            old = True
         if name != current or len(batch) >= size:
             if current is not None:
                 _flush(conn, targets[current], batch, first, summary, loader)
+            if loader is not None and name != current:
+                loader.finish()  # the table's last rows are in (the next may replace rows)
             if name not in targets:
                 targets[name] = _target(conn, name, loader is None)
             current, batch, first = name, [], number
         batch.append(row)
     if current is not None:
         _flush(conn, targets[current], batch, first, summary, loader)
-    return targets
+    return targets, old
 
 
 def _count(conn: Connection, table: sa.Table) -> int:
@@ -305,11 +311,11 @@ def _name_tenants(conn: Connection) -> None:
     conn.execute(sa.text(SUBJECT_TENANTS))
 
 
-def _after_import(conn: Connection, targets: Iterable[_Target]) -> None:
-    """The tenants of rows from a file written before them; on PostgreSQL, each serial key's
-    sequence moved past the rows the file brought."""
+def _after_import(conn: Connection, targets: Iterable[_Target], old: bool) -> None:
+    """The tenants of rows from a file written before them (`old`: a row came without one); on
+    PostgreSQL, each serial key's sequence moved past the rows the file brought."""
     targets = list(targets)
-    if any(target.table.name in MEMORY_SIDE for target in targets):
+    if old:
         _name_tenants(conn)
     if conn.dialect.name != "postgresql":
         return
