@@ -204,7 +204,7 @@ def recall_at_10(store: SqlStore, data: Dataset, filled: dict[str, Any]) -> dict
             exact = set(pks[np.argsort(-(floats @ probe))[:10]].tolist())
             got = store.nearest_memories(query, probe, MODEL, 10)
             with store._read() as conn:
-                ids = [r.memory.id for r in got]
+                ids = [r.id for r in got]
                 got_pks = set(
                     conn.execute(sa.select(memories.c.pk).where(memories.c.id.in_(ids))).scalars()
                 )

@@ -136,8 +136,8 @@ def test_the_bit_pass_and_rescoring_return_the_exact_top_k(store: Store, world: 
 
     found = store.nearest_memories(agent_query(store, agent), probe, MODEL, 10)
 
-    assert [ranked.memory.id for ranked in found] == [ids[i] for i in top]
-    assert [ranked.score for ranked in found] == pytest.approx(exact[top].tolist(), abs=1e-5)
+    assert [scored.id for scored in found] == [ids[i] for i in top]
+    assert [scored.score for scored in found] == pytest.approx(exact[top].tolist(), abs=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -218,15 +218,16 @@ def test_org_wide_search_is_not_crowded_out_by_memories_it_does_not_list(
         for i in range(31)
     ]
     vectors = np.vstack([close_but_flipped(probe)[None, :], near_by_signs(probe, rng, 30)])
-    answer, *_ = stored(store, shared, vectors)
+    organization_ids = stored(store, shared, vectors)
+    answer = organization_ids[0]
     found = store.agent_by_key(hash_key(mine.api_key))
     assert found is not None
     query = MemoryService.agent_query(found, AgentListParams(memory_scope="org"), Filters())
 
     top = store.nearest_memories(query, probe, MODEL, 10)
 
-    assert [ranked.memory.id for ranked in top][:1] == [answer]
-    assert {ranked.memory.scope for ranked in top} == {Scope.ORGANIZATION}
+    assert [scored.id for scored in top][:1] == [answer]
+    assert {scored.id for scored in top} <= set(organization_ids)
 
 
 def test_a_filter_that_keeps_few_candidates_ranks_among_what_it_keeps(
@@ -244,15 +245,16 @@ def test_a_filter_that_keeps_few_candidates_ranks_among_what_it_keeps(
     kind = {"type": MemoryType.PROCEDURAL}
     wanted = [agent_memory(agent, f"how-to {i}", now, **kind) for i in range(41)]
     vectors = np.vstack([close_but_flipped(probe)[None, :], near_by_signs(probe, rng, 40)])
-    answer, *_ = stored(store, wanted, vectors)
+    wanted_ids = stored(store, wanted, vectors)
+    answer = wanted_ids[0]
     found = store.agent_by_key(hash_key(agent.api_key))
     assert found is not None
     query = MemoryService.agent_query(found, AgentListParams(), Filters(type=MemoryType.PROCEDURAL))
 
     top = store.nearest_memories(query, probe, MODEL, 10)
 
-    assert len(top) == 10 and top[0].memory.id == answer
-    assert {ranked.memory.type for ranked in top} == {MemoryType.PROCEDURAL}
+    assert len(top) == 10 and top[0].id == answer
+    assert {scored.id for scored in top} <= set(wanted_ids)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -32,8 +32,7 @@ from sqlalchemy.engine import Connection
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Scope
 from mnemos.domain.queries import Audience, MemoryQuery
-from mnemos.domain.search import Ranked
-from mnemos.storage.rows import to_memory
+from mnemos.domain.search import Scored
 from mnemos.storage.schema import (
     agents,
     chat_participants,
@@ -114,11 +113,11 @@ class VectorsSql(SqlBase):
 
     @abc.abstractmethod
     def _checked(
-        self, query: MemoryQuery, with_rows: bool, candidates: bool = True
+        self, query: MemoryQuery, with_ids: bool, candidates: bool = True
     ) -> tuple[sa.Select[Any], dict[str, Any]]:
         """The query's audiences and filters as one statement over the memories whose pk is in
         the bound `candidates` (unless `candidates` is False: all of them), selecting
-        `(pk, *MEMORY_COLUMNS)` (`with_rows`) or the pk."""
+        `(pk, id)` (`with_ids`) or the pk."""
 
     # --- the queue -------------------------------------------------------------------------
 
@@ -398,7 +397,7 @@ class VectorsSql(SqlBase):
 
     def nearest_memories(
         self, query: MemoryQuery, vector: NDArray[np.float32], model: str, limit: int
-    ) -> Sequence[Ranked]:
+    ) -> Sequence[Scored]:
         if not query.audiences or limit <= 0:
             return []
         probe = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -419,7 +418,7 @@ class VectorsSql(SqlBase):
             if len(nearest) < len(pks) and (len(found) < limit or passed < MIN_PASSED * len(keys)):
                 # The filters (or statuses) keep few of the owners' memories, so few of the
                 # closest passed: ask which memories the query holds and rank only those.
-                statement, params = self._checked(query, with_rows=False, candidates=False)
+                statement, params = self._checked(query, with_ids=False, candidates=False)
                 allowed = np.fromiter(conn.execute(statement, params).scalars(), dtype=np.int64)
                 keep = np.isin(pks, allowed)
                 nearest = first_pass(pks[keep], bits[keep], probe, rescore, copies)
@@ -430,27 +429,24 @@ class VectorsSql(SqlBase):
 
     def _recheck(
         self, conn: Connection, query: MemoryQuery, pks: NDArray[np.int64], scores: Any, limit: int
-    ) -> tuple[list[Ranked], int]:
-        """The best `limit` candidates (best first) that the query returns, with their scores,
-        and how many of all the candidates it returns: which pass is asked by key (cheap), then
-        only the winners' rows are read."""
+    ) -> tuple[list[Scored], int]:
+        """The best `limit` candidates (best first) that the query returns, by id with their
+        scores, and how many of all the candidates it returns: one statement by key, no row
+        read (the caller reads the rows of the page it returns)."""
         if len(pks) == 0:
             return [], 0
-        keys, params = self._checked(query, with_rows=False)
+        statement, params = self._checked(query, with_ids=True)
         params["candidates"] = [int(pk) for pk in pks]
-        passed = set(conn.execute(keys, params).scalars())
-        best: dict[int, float] = {}
+        passed: dict[int, uuid.UUID] = {row[0]: row[1] for row in conn.execute(statement, params)}
+        found: list[Scored] = []
+        seen: set[int] = set()
         for pk, score in zip(pks.tolist(), scores.tolist(), strict=True):
-            if pk in passed and pk not in best:
-                best[pk] = float(score)
-                if len(best) == limit:
+            if pk in passed and pk not in seen:
+                seen.add(pk)
+                found.append(Scored(passed[pk], float(score)))
+                if len(found) == limit:
                     break
-        if not best:
-            return [], len(passed)
-        statement, params = self._checked(query, with_rows=True)
-        params["candidates"] = list(best)
-        rows = {row[0]: to_memory(row[1:]) for row in conn.execute(statement, params)}
-        return [Ranked(rows[pk], score) for pk, score in best.items() if pk in rows], len(passed)
+        return found, len(passed)
 
     def _owners(
         self, conn: Connection, audiences: Iterable[Audience]
