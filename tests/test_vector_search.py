@@ -110,7 +110,7 @@ def test_the_bit_pass_and_rescoring_return_the_exact_top_k(store: Store, world: 
     ten, in exact order, with exact scores."""
     agent = world.agent(world.user("Ann", "acme"))
     rng = np.random.default_rng(11)
-    count = 3 * CHUNK_ROWS + 100
+    count = 7 * CHUNK_ROWS + 100
     assert count > 2 * RESCORE
     vectors = unit(rng.standard_normal((count, DIMS)).astype(np.float32))
     probe = unit(rng.standard_normal(DIMS).astype(np.float32))
@@ -306,5 +306,66 @@ def test_migration_keys_the_layout_by_scope(backend: str, tmp_path: Path) -> Non
         command.upgrade(config, "head")
         assert layout() == scoped
         with engine.connect() as conn:
-            assert conn.execute(sa.select(sa.func.count()).select_from(vector_chunks)).scalar() == 2
+            sealed = conn.execute(sa.select(vector_chunks.c.rows)).scalars().all()
+        assert sorted(sealed) == [128] * 4  # 0019 seals 256 a chunk, 0021 splits them in two
         engine.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migration_splits_chunks_in_two_and_keeps_keys_and_bits_in_the_row(
+    backend: str, tmp_path: Path
+) -> None:
+    """0021 splits every chunk sealed before it (256 vectors) into chunks of `CHUNK_ROWS`
+    (128) in order, each blob cut at the same vectors, and on PostgreSQL stores the keys and
+    sign bits MAIN (in the row, where a search reads them): the answers do not change."""
+    with fresh_database(backend, tmp_path) as url:
+        settings = Settings(database_url=url)
+        migrate(settings, "0019_vector_tenants")
+        opened = open_store(settings)
+        world = World(opened)
+        agent = world.agent(world.user("Ann", "acme"))
+        rng = np.random.default_rng(21)
+        saved(
+            opened, agent, unit(rng.standard_normal((2 * CHUNK_ROWS + 9, DIMS)).astype(np.float32))
+        )
+        probes = unit(rng.standard_normal((3, DIMS)).astype(np.float32))
+        query = agent_query(opened, agent)
+        engine = sa.create_engine(driver_url(url))
+        C = vector_chunks.c
+        with engine.begin() as conn:  # one chunk of 256, as the worker sealed them before 0021
+            parts = conn.execute(sa.select(vector_chunks).order_by(C.seq)).all()
+            assert [part.rows for part in parts] == [CHUNK_ROWS, CHUNK_ROWS]
+            merged = {
+                **parts[0]._mapping,
+                "rows": 2 * CHUNK_ROWS,
+                **{
+                    name: bytes(parts[0]._mapping[name]) + bytes(parts[1]._mapping[name])
+                    for name in ("pks", "scales", "vectors", "bits")
+                },
+            }
+            conn.execute(vector_chunks.delete())
+            conn.execute(vector_chunks.insert().values(**merged))
+        before = [opened.nearest_memories(query, probe, MODEL, 10) for probe in probes]
+        opened.close()
+
+        migrate(settings)
+
+        with engine.connect() as conn:
+            after_parts = conn.execute(sa.select(vector_chunks).order_by(C.seq)).all()
+            if backend == "postgresql":
+                storage = dict(
+                    conn.exec_driver_sql(
+                        "SELECT attname, attstorage FROM pg_attribute "
+                        "WHERE attrelid = 'vector_chunks'::regclass AND attname IN ('pks', 'bits')"
+                    ).all()
+                )
+                assert storage == {"pks": "m", "bits": "m"}
+        engine.dispose()
+        assert [(part.seq, part.rows) for part in after_parts] == [(1, 128), (2, 128)]
+        for name in ("pks", "scales", "vectors", "bits"):
+            assert [bytes(part._mapping[name]) for part in after_parts] == [
+                bytes(part._mapping[name]) for part in parts
+            ]
+        reopened = open_store(settings)
+        assert [reopened.nearest_memories(query, probe, MODEL, 10) for probe in probes] == before
+        reopened.close()

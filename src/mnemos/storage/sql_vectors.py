@@ -58,7 +58,10 @@ Q = vector_queue.c
 T = vector_tail.c
 C = vector_chunks.c
 
-CHUNK_ROWS = 256
+CHUNK_ROWS = 128
+"""Vectors per sealed chunk: its keys and sign bits (1 KB + 6 KB) stay in the row on PostgreSQL
+(stored MAIN, migration 0021), where 256 (2 KB + 12 KB) went out of line to TOAST, a lookup
+and several TOAST rows per chunk read."""
 RESCORE = 400
 """How many of a scope's vectors closest by sign bits are scored exactly (at least; more for a
 large `limit`). Measured (docs/search.md, bench/bit_recall.py): recall@10 against exact search
