@@ -356,10 +356,11 @@ def test_migration_splits_chunks_in_two_and_keeps_keys_and_bits_in_the_row(
                 storage = dict(
                     conn.exec_driver_sql(
                         "SELECT attname, attstorage FROM pg_attribute "
-                        "WHERE attrelid = 'vector_chunks'::regclass AND attname IN ('pks', 'bits')"
+                        "WHERE attrelid = 'vector_chunks'::regclass "
+                        "AND attname IN ('pks', 'bits', 'owner')"
                     ).all()
                 )
-                assert storage == {"pks": "m", "bits": "m"}
+                assert storage == {"pks": "m", "bits": "m", "owner": "p"}
         engine.dispose()
         assert [(part.seq, part.rows) for part in after_parts] == [(1, 128), (2, 128)]
         for name in ("pks", "scales", "vectors", "bits"):

@@ -6,7 +6,8 @@ was a lookup in the TOAST index and several TOAST rows: 20 of the 24 ms of an or
 search at 100,000 memories (bench/search_profile.py). A chunk of 128 (1 KB + 6 KB) with `pks`
 and `bits` stored MAIN (compressed when that helps, moved out of line only when the row cannot
 fit a page otherwise) keeps them in the heap row; `vectors` (48 KB, read by compaction only)
-and `scales` still go out of line. SQLite has no TOAST: its chunks are split the same way, so
+and `scales` still go out of line, and `owner` (34 bytes, which PostgreSQL moved out of line too
+while the row stayed over 2 KB) is stored PLAIN. SQLite has no TOAST: its chunks are split the same way, so
 that both backends lay vectors out alike.
 
 Chunks sealed before are split into chunks of at most 128, renumbered per (tenant, owner) in
@@ -53,7 +54,7 @@ def upgrade() -> None:
     if bind.dialect.name == "postgresql":
         op.execute(
             "ALTER TABLE vector_chunks ALTER COLUMN pks SET STORAGE MAIN, "
-            "ALTER COLUMN bits SET STORAGE MAIN"
+            "ALTER COLUMN bits SET STORAGE MAIN, ALTER COLUMN owner SET STORAGE PLAIN"
         )
     owners = bind.execute(
         sa.select(C.tenant_id, C.owner)
@@ -98,5 +99,5 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(
             "ALTER TABLE vector_chunks ALTER COLUMN pks SET STORAGE EXTENDED, "
-            "ALTER COLUMN bits SET STORAGE EXTENDED"
+            "ALTER COLUMN bits SET STORAGE EXTENDED, ALTER COLUMN owner SET STORAGE EXTENDED"
         )
