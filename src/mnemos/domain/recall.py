@@ -194,7 +194,10 @@ class Recall:
         found: list[tuple[int, Ranked]] = []
         at = offset
         while at < len(answer) and len(found) <= limit:
-            chunk = answer[at : at + limit + 1 - len(found)]
+            # The page and one more (whether a next page exists); past memories that dropped
+            # out, chunks as large as a page can be, so a few statements read any answer.
+            size = limit + 1 if at == offset else MAX_LIMIT + 1
+            chunk = answer[at : at + size]
             ids = tuple(scored.id for scored in chunk)
             rows = self.store.list_memories(replace(live, memory_ids=ids), limit=len(ids))
             alive = {memory.id: memory for memory in rows}

@@ -6,9 +6,9 @@ was a lookup in the TOAST index and several TOAST rows: 20 of the 24 ms of an or
 search at 100,000 memories (bench/search_profile.py). A chunk of 128 (1 KB + 6 KB) with `pks`
 and `bits` stored MAIN (compressed when that helps, moved out of line only when the row cannot
 fit a page otherwise) keeps them in the heap row; `vectors` (48 KB, read by compaction only)
-and `scales` still go out of line, and `owner` (34 bytes, which PostgreSQL moved out of line too
-while the row stayed over 2 KB) is stored PLAIN. SQLite has no TOAST: its chunks are split the same way, so
-that both backends lay vectors out alike.
+and `scales` still go out of line, and `owner` (34 bytes, which PostgreSQL moved out of line
+too while the row stayed over 2 KB) is stored PLAIN. SQLite has no TOAST: its chunks are split
+the same way, so that both backends lay vectors out alike.
 
 Chunks sealed before are split into chunks of at most 128, renumbered per (tenant, owner) in
 their order. Downgrading keeps them (the search reads chunks of any size); only the storage
