@@ -370,3 +370,46 @@ def test_migration_splits_chunks_in_two_and_keeps_keys_and_bits_in_the_row(
         reopened = open_store(settings)
         assert [reopened.nearest_memories(query, probe, MODEL, 10) for probe in probes] == before
         reopened.close()
+
+
+def test_the_check_asks_about_the_best_candidates_first(
+    store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a filter that narrows the owners' memories, the best `limit` rescored
+    candidates all pass the query's check: the other rescored candidates are not asked about.
+    With a filter that keeps few, every rescored candidate is asked about (and the search
+    ranks among what the filter keeps)."""
+    agent = world.agent(world.user("Ann", "acme"))
+    rng = np.random.default_rng(23)
+    probe = unit(rng.standard_normal(DIMS).astype(np.float32))
+    now = utcnow()
+    plain = [agent_memory(agent, f"plain {i}", now) for i in range(RESCORE + 200)]
+    stored(store, plain, near_by_signs(probe, rng, len(plain)))
+    kind = {"type": MemoryType.PROCEDURAL}
+    wanted = stored(store, [agent_memory(agent, "how-to", now, **kind)], probe[None, :])
+    asked: list[int] = []
+
+    class Asked(dict[str, Any]):
+        def __setitem__(self, key: str, value: Any) -> None:
+            if key == "candidates":
+                asked.append(len(value))
+            super().__setitem__(key, value)
+
+    checked = store._checked  # type: ignore[attr-defined]
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        statement, params = checked(*args, **kwargs)
+        return statement, Asked(params)
+
+    monkeypatch.setattr(store, "_checked", recording)
+    found = store.agent_by_key(hash_key(agent.api_key))
+    assert found is not None
+
+    everything = MemoryService.agent_query(found, AgentListParams(), Filters())
+    assert len(store.nearest_memories(everything, probe, MODEL, 10)) == 10
+    assert asked == [10]
+
+    asked.clear()
+    few = MemoryService.agent_query(found, AgentListParams(), Filters(type=MemoryType.PROCEDURAL))
+    assert [scored.id for scored in store.nearest_memories(few, probe, MODEL, 10)] == wanted
+    assert asked[:2] == [10, RESCORE - 10]

@@ -67,8 +67,9 @@ RESCORE = 400
 large `limit`). Measured (docs/search.md, bench/bit_recall.py): recall@10 against exact search
 >= 0.95 at 10,000 and 100,000 vectors of real MiniLM embeddings; each one costs a key lookup."""
 MIN_PASSED = 0.5
-"""When fewer than this share of the rescored candidates pass the query's filters, the search
-ranks again among only the memories the query holds (its filters keep few of the owners')."""
+"""When fewer than this share of the rescored candidates asked about pass the query's filters,
+the search ranks again among only the memories the query holds (its filters keep few of the
+owners')."""
 OWNER_COLUMNS = (
     ("source_agent_id", "a"),
     ("subject_id", "s"),
@@ -417,8 +418,8 @@ class VectorsSql(SqlBase):
             nearest = first_pass(pks, bits, probe, rescore, copies)
             keys, scores = self._rescored(conn, tenants, nearest, model, probe)
             order = best(keys, scores, len(keys))
-            found, passed = self._recheck(conn, query, keys[order], scores[order], limit)
-            if len(nearest) < len(pks) and (len(found) < limit or passed < MIN_PASSED * len(keys)):
+            found, share = self._recheck(conn, query, keys[order], scores[order], limit)
+            if len(nearest) < len(pks) and (len(found) < limit or share < MIN_PASSED):
                 # The filters (or statuses) keep few of the owners' memories, so few of the
                 # closest passed: ask which memories the query holds and rank only those.
                 statement, params = self._checked(query, with_ids=False, candidates=False)
@@ -432,24 +433,29 @@ class VectorsSql(SqlBase):
 
     def _recheck(
         self, conn: Connection, query: MemoryQuery, pks: NDArray[np.int64], scores: Any, limit: int
-    ) -> tuple[list[Scored], int]:
-        """The best `limit` candidates (best first) that the query returns, by id with their
-        scores, and how many of all the candidates it returns: one statement by key, no row
-        read (the caller reads the rows of the page it returns)."""
+    ) -> tuple[list[Scored], float]:
+        """The best `limit` candidates (`pks`: distinct, best first) that the query returns, by
+        id with their scores, and the share of the candidates asked about that it returns. The
+        best `limit` are asked about first, by key (no row is read); the rest only when some of
+        those do not pass (without a narrowing filter, all do)."""
         if len(pks) == 0:
-            return [], 0
+            return [], 0.0
         statement, params = self._checked(query, with_ids=True)
-        params["candidates"] = [int(pk) for pk in pks]
-        passed: dict[int, uuid.UUID] = {row[0]: row[1] for row in conn.execute(statement, params)}
+        passed: dict[int, uuid.UUID] = {}
+        asked = 0
+        for part in (pks[:limit], pks[limit:]):
+            if len(part) == 0 or len(passed) >= limit:
+                break
+            params["candidates"] = [int(pk) for pk in part]
+            passed.update((row[0], row[1]) for row in conn.execute(statement, params))
+            asked += len(part)
         found: list[Scored] = []
-        seen: set[int] = set()
         for pk, score in zip(pks.tolist(), scores.tolist(), strict=True):
-            if pk in passed and pk not in seen:
-                seen.add(pk)
+            if pk in passed:
                 found.append(Scored(passed[pk], float(score)))
                 if len(found) == limit:
                     break
-        return found, len(passed)
+        return found, len(passed) / asked
 
     def _owners(
         self, conn: Connection, audiences: Iterable[Audience]
