@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 
+from bench import vectors
 from bench.run import database
 
 PREPARE = """
@@ -44,11 +44,17 @@ store.close()
 print(json.dumps({"key": data.big_agent_key}))
 """
 
-SEARCH = "/api/v1/agent/memories/search"
-QUESTION = "which harbor did the shipment leave from last spring?"
+SEARCH = vectors.SEARCH
+QUESTION = vectors.QUESTION
 ROWS: dict[str, dict[str, str]] = {
     "semantic, one agent": {"query": QUESTION, "mode": "semantic"},
     "semantic, org-wide": {"query": QUESTION, "mode": "semantic", "memory_scope": "org"},
+    "semantic, org-wide, filter matching nothing": {
+        "query": QUESTION,
+        "mode": "semantic",
+        "memory_scope": "org",
+        "segment": "tool",
+    },
     "hybrid 'harbor', one agent": {"query": "harbor"},
     "hybrid 'harbor', org-wide": {"query": "harbor", "memory_scope": "org"},
 }
@@ -115,13 +121,7 @@ def run(backend: str, template: str, sides: dict[str, Path], requests: int) -> d
                     client.get(SEARCH, params=params).raise_for_status()
                     if attempt >= 5:
                         spent[name].append((time.perf_counter() - began) * 1000)
-            found[row] = {
-                name: {
-                    "p50": round(float(np.percentile(ms, 50)), 2),
-                    "p95": round(float(np.percentile(ms, 95)), 2),
-                }
-                for name, ms in spent.items()
-            }
+            found[row] = {name: vectors.percentiles(ms) for name, ms in spent.items()}
             print(backend, row, found[row], file=sys.stderr, flush=True)
         for client in clients.values():
             client.close()

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -19,34 +17,24 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
-from bench.dataset import reuse
-from bench.run import database
-from mnemos.config import Settings
+from bench import vectors
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.memories import AgentListParams, MemoryService
 from mnemos.domain.queries import Filters
-from mnemos.storage import migrate, open_store
 from mnemos.storage.schema import memories
 from mnemos.storage.sql import SqlStore
 
 
 def measure(backend: str, template: str, rounds: int, count: int) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="mnemos-binds-"))
-    url, drop = database(backend, tmp, template)
-    try:
-        settings = Settings(database_url=url)
-        migrate(settings)
-        store = open_store(settings)
-        assert isinstance(store, SqlStore)
-        data = reuse(store)
+    with vectors.copied(backend, template, vectors=False) as (_, store, data):
         big = store.agent_by_key(hash_key(data.big_agent_key))
         assert big is not None
         query = MemoryService.agent_query(big, AgentListParams(memory_scope="org"), Filters())
-        one, params = store._checked(query, with_rows=False)
+        one, params = store._checked(query, with_ids=False)
         plain = SqlStore._candidates_in  # the generic IN (...), one placeholder a key
         store._statements.clear()
         store._candidates_in = plain.__get__(store)  # type: ignore[method-assign]
-        expanding, _ = store._checked(query, with_rows=False)
+        expanding, _ = store._checked(query, with_ids=False)
         with store._read() as conn:
             pool = list(conn.execute(sa.select(memories.c.pk)).scalars())
         rng = np.random.default_rng(1)
@@ -62,17 +50,7 @@ def measure(backend: str, template: str, rounds: int, count: int) -> dict[str, A
                     passed = conn.execute(statement, {**params, "candidates": keys}).all()
                     spent[name].append((time.perf_counter() - began) * 1000)
             assert passed is not None
-        store.close()
-        return {
-            name: {
-                "p50": round(float(np.percentile(ms[3:], 50)), 3),
-                "p95": round(float(np.percentile(ms[3:], 95)), 3),
-            }
-            for name, ms in spent.items()
-        }
-    finally:
-        drop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        return {name: vectors.percentiles(ms, skip=3) for name, ms in spent.items()}
 
 
 def main() -> None:

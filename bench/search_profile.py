@@ -16,31 +16,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from fastapi.testclient import TestClient
 
 from bench import vectors
-from bench.dataset import COMMON, reuse
-from bench.run import database, settle
+from bench.dataset import COMMON
 from mnemos.api.app import create_app
-from mnemos.config import Settings
 from mnemos.embedding import load_embedder
-from mnemos.storage import migrate, open_store
 from mnemos.storage import sql_vectors as sv
 from mnemos.storage.sql import SqlStore
 
 SEARCHES: dict[str, dict[str, str]] = {
     "semantic, one agent": {"mode": "semantic"},
     "semantic, org-wide": {"mode": "semantic", "memory_scope": "org"},
+    "semantic, org-wide, filter matching nothing": {
+        "mode": "semantic",
+        "memory_scope": "org",
+        "segment": "tool",
+    },
     f"hybrid '{COMMON}', one agent": {},
     f"hybrid '{COMMON}', org-wide": {"memory_scope": "org"},
 }
@@ -67,6 +66,7 @@ def instrument(store: SqlStore, embedder: Any, timer: Timer) -> None:
     store.nearest_memories = timer.wrap("nearest_memories (all)", store.nearest_memories)  # type: ignore[method-assign]
     store._owners = timer.wrap("owner keys", store._owners)  # type: ignore[method-assign]
     store.rank_memories = timer.wrap("keyword leg", store.rank_memories)  # type: ignore[method-assign]
+    store.list_memories = timer.wrap("read the page (list_memories)", store.list_memories)  # type: ignore[method-assign]
     store.keep_search = timer.wrap("keep the answer (search_pages)", store.keep_search)  # type: ignore[method-assign]
     store.agent_by_key = timer.wrap("authenticate", store.agent_by_key)  # type: ignore[method-assign]
     blob_rows = store._blob_rows
@@ -75,22 +75,23 @@ def instrument(store: SqlStore, embedder: Any, timer: Timer) -> None:
         return timer.wrap(f"read {name}", blob_rows)(conn, name, params)
 
     store._blob_rows = named  # type: ignore[method-assign]
-    store._recheck = timer.wrap("visibility check (_checked)", store._recheck)  # type: ignore[method-assign]
+    store._recheck = timer.wrap("visibility check of the candidates", store._recheck)  # type: ignore[method-assign]
     sv.int8_scores = timer.wrap("int8 scores", sv.int8_scores)
     sv.first_pass = timer.wrap("first pass (hamming, sign scores)", sv.first_pass)
 
 
+OUTSIDE_NEAREST = (
+    "embed query",
+    "keyword leg",
+    "read the page (list_memories)",
+    "keep the answer (search_pages)",
+    "authenticate",
+)
+"""The timed steps outside `nearest_memories`: the rest of a request is routing and JSON."""
+
+
 def profile(backend: str, template: str, requests: int) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="mnemos-profile-"))
-    url, drop = database(backend, tmp, template)
-    try:
-        settings = Settings(database_url=url)
-        migrate(settings)
-        store = open_store(settings)
-        assert isinstance(store, SqlStore)
-        data = reuse(store)
-        vectors.fill(store, data)
-        settle(store)
+    with vectors.copied(backend, template) as (settings, store, data):
         embedder = load_embedder("local")
         assert embedder is not None
         timer = Timer()
@@ -116,28 +117,12 @@ def profile(backend: str, template: str, requests: int) -> dict[str, Any]:
                     for name, seconds in timer.spent.items():
                         steps[name].append(seconds * 1000)
                     inside = timer.spent.get("nearest_memories (all)", 0) + sum(
-                        timer.spent.get(name, 0)
-                        for name in (
-                            "embed query",
-                            "keyword leg",
-                            "keep the answer (search_pages)",
-                            "authenticate",
-                        )
+                        timer.spent.get(name, 0) for name in OUTSIDE_NEAREST
                     )
                     steps["rest (routing, JSON)"].append((total - inside) * 1000)
-                results[label] = {
-                    name: {
-                        "p50": round(float(np.percentile(ms, 50)), 2),
-                        "p95": round(float(np.percentile(ms, 95)), 2),
-                    }
-                    for name, ms in steps.items()
-                }
+                results[label] = {name: vectors.percentiles(ms) for name, ms in steps.items()}
                 print(f"{backend} {label}: {results[label]}", file=sys.stderr)
-        store.close()
         return results
-    finally:
-        drop()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:

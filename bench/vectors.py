@@ -16,10 +16,15 @@ exact float32 search is measured in-process with probes drawn from the same dist
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,11 +32,13 @@ import numpy as np
 import sqlalchemy as sa
 from numpy.typing import NDArray
 
-from bench.dataset import COMMON, Dataset
+from bench.dataset import COMMON, Dataset, reuse
+from mnemos.config import Settings
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.memories import AgentListParams, MemoryService
 from mnemos.domain.queries import Filters
 from mnemos.embedding.local import MODEL
+from mnemos.storage import migrate, open_store
 from mnemos.storage.schema import (
     memories,
     memory_vectors,
@@ -50,6 +57,45 @@ SEARCH = "/api/v1/agent/memories/search"
 QUESTION = "which harbor did the shipment leave from last spring?"
 RECALL_PROBES = 50
 FRESHNESS_SAMPLES = 40
+
+
+@contextmanager
+def copied(
+    backend: str, template: str, *, vectors: bool = True
+) -> Iterator[tuple[Settings, SqlStore, Dataset]]:
+    """A copy of `template` (a database `bench.run --keep-template` saved, before its vectors),
+    migrated, opened and settled, with its dataset; the bench's synthetic vectors filled
+    (`vectors`) as `fill` lays them out. Dropped afterwards. For the side benches that measure
+    one part of a search on the data of `bench.run --suite vectors`."""
+    from bench.run import database, settle  # bench.run imports this module
+
+    tmp = Path(tempfile.mkdtemp(prefix="mnemos-vectors-"))
+    url, drop = database(backend, tmp, template)
+    try:
+        settings = Settings(database_url=url)
+        migrate(settings)
+        store = open_store(settings)
+        assert isinstance(store, SqlStore)
+        try:
+            data = reuse(store)
+            if vectors:
+                fill(store, data)
+            settle(store)
+            yield settings, store, data
+        finally:
+            store.close()
+    finally:
+        drop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def percentiles(ms: list[float], skip: int = 0) -> dict[str, float]:
+    """p50 and p95 of timings in milliseconds, after the first `skip` (warm-up)."""
+    kept = ms[skip:]
+    return {
+        "p50": round(float(np.percentile(kept, 50)), 3),
+        "p95": round(float(np.percentile(kept, 95)), 3),
+    }
 
 
 def _centres(seed: int) -> NDArray[np.float32]:
@@ -204,7 +250,7 @@ def recall_at_10(store: SqlStore, data: Dataset, filled: dict[str, Any]) -> dict
             exact = set(pks[np.argsort(-(floats @ probe))[:10]].tolist())
             got = store.nearest_memories(query, probe, MODEL, 10)
             with store._read() as conn:
-                ids = [r.memory.id for r in got]
+                ids = [r.id for r in got]
                 got_pks = set(
                     conn.execute(sa.select(memories.c.pk).where(memories.c.id.in_(ids))).scalars()
                 )

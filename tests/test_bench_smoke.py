@@ -96,3 +96,35 @@ def test_tiny_rights_benchmark_run(tmp_path: Path) -> None:
     assert run["erase"]["left_rows_and_search_hits"] == [0, 0]
     assert run["list_normal"]["requests"] > 0
     assert "| erase 200 memories (request time) |" in done.stdout
+
+
+def test_the_vector_side_benches_run_on_a_kept_database(tmp_path: Path) -> None:
+    """`bench.vectors.copied` serves the vector suite's side benches: each copies a template,
+    fills its vectors and measures (tiny here: whether they run, not what they find)."""
+    kept = tmp_path / "template.db"
+    command = [sys.executable, "-m", "bench.run", "--suite", "vectors", "--memories", "2000"]
+    options = ["--load", "python", "--requests", "2", "--workers", "1"]
+    done = subprocess.run(
+        [*command, *options, "--keep-template", f"sqlite={kept}", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for bench, extra in (
+        ("search_profile", ["--requests", "2"]),
+        ("check_binds", ["--rounds", "5"]),
+    ):
+        out = tmp_path / f"{bench}.json"
+        done = subprocess.run(
+            [sys.executable, "-m", f"bench.{bench}", "--template", f"sqlite={kept}", *extra]
+            + ["--out", str(out)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        found = json.loads(out.read_text())["sqlite"]
+        assert found and all(figures for figures in found.values()), bench

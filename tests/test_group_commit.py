@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ import pytest
 import sqlalchemy as sa
 
 from mnemos.config import Settings
+from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Scope
 from mnemos.storage import migrate
+from mnemos.storage.sql_base import driver_connection
 from mnemos.storage.sqlite import SqliteStore
 from tests.domain.test_rules import memory
 
@@ -115,3 +118,64 @@ def test_a_failed_commit_fails_every_writer_of_the_batch(store: SqliteStore) -> 
     assert count(store) == 0
     store.insert_memory(memory(Scope.ORGANIZATION, None, uuid.uuid4()))  # and it recovers
     assert count(store) == 1
+
+
+def commit_levels(store: SqliteStore) -> list[int]:
+    """The `synchronous` level each COMMIT of the writer connection runs at (2: FULL, the
+    fsync; 1: NORMAL, none)."""
+    seen: list[int] = []
+
+    def level(conn: Any) -> None:
+        seen.append(driver_connection(conn).execute("PRAGMA synchronous").fetchone()[0])
+
+    sa.event.listen(store._write_engine, "commit", level)
+    return seen
+
+
+def test_a_kept_search_commits_without_the_fsync_and_alone(store: SqliteStore) -> None:
+    """A search's kept answer is a cache (lost in a crash, its cursor says "expired"): its
+    commit skips the fsync, and the writes after it are durable again."""
+    levels = commit_levels(store)
+    ranked = [(uuid.uuid4(), 0.5)]
+    store.keep_search("s1", ranked, utcnow() + timedelta(minutes=5), "caller", 10)
+    store.insert_memory(memory(Scope.ORGANIZATION, None, uuid.uuid4()))
+    assert levels == [1, 2]
+    assert store.kept_search("s1") == ranked and count(store) == 1
+
+
+def test_a_lazy_write_never_shares_a_durable_batch(store: SqliteStore) -> None:
+    """A lazy writer queued behind an open batch commits that batch (durably) first, then its
+    own transaction alone."""
+    levels = commit_levels(store)
+    release = threading.Event()
+    failures: list[BaseException] = []
+
+    def durable() -> None:
+        try:
+            with store._write() as conn:
+                release.wait(10)
+                insert(conn)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the test
+            failures.append(exc)
+
+    def lazy() -> None:
+        try:
+            with store._lazy_write() as conn:
+                insert(conn)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the test
+            failures.append(exc)
+
+    first = threading.Thread(target=durable)
+    first.start()
+    while store._writes._batch is None:
+        time.sleep(0.001)
+    second = threading.Thread(target=lazy)
+    second.start()
+    waited = time.monotonic()
+    while store._writes._waiting < 1 and not failures and time.monotonic() - waited < 10:
+        time.sleep(0.001)
+    release.set()
+    for thread in (first, second):
+        thread.join(10)
+    assert failures == []
+    assert levels == [2, 1] and count(store) == 2

@@ -222,7 +222,7 @@ def test_0019_lays_vectors_out_per_tenant_and_goes_down_and_up(
                 query = agent_query(store, agent)
                 for probe in probes:
                     ranked = store.nearest_memories(query, probe, MODEL, 10)
-                    found.append([(r.memory.id, round(r.score, 5)) for r in ranked])
+                    found.append([(r.id, round(r.score, 5)) for r in ranked])
             return found
 
         before = answers()

@@ -26,6 +26,7 @@ from mnemos.domain.recall import SearchMode
 from mnemos.embedding import load_embedder
 from mnemos.errors import InvalidPagination
 from mnemos.indexer import drain
+from mnemos.storage import rows, sql, sql_vectors
 from mnemos.storage.base import Store
 from tests.world import Actor, World, agent_memory, memory_body
 
@@ -137,6 +138,38 @@ def test_semantic_finds_a_paraphrase_keyword_does_not(
     keyword = search(app_client, writer, "client sit plane", mode="keyword")
     assert keyword["data"] == []  # no memory has these words
     assert ids(search(app_client, writer, "aisle seats", mode="keyword")) == [aisle]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "semantic", "keyword"])
+def test_a_first_page_reads_the_rows_of_its_page_only(
+    app_client: TestClient,
+    store: Store,
+    embedder: Embedder,
+    acme: dict[str, Actor],
+    mode: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A first page ranks its whole answer (up to 200 deep) by id and score, and reads the
+    memory rows of the page it returns (and one more, to know whether a next page exists):
+    ranking never turns rows it does not return into memories."""
+    writer = acme["writer"]
+    for text in [AISLE, *OTHERS, *(f"{AISLE} Note {n}." for n in range(6))]:
+        put(app_client, writer, text)
+    drain(store, embedder)
+    read: list[uuid.UUID] = []
+
+    def counted(row: Any) -> Memory:
+        memory = rows.to_memory(row)
+        read.append(memory.id)
+        return memory
+
+    for module in (sql, sql_vectors):
+        monkeypatch.setattr(module, "to_memory", counted, raising=False)
+
+    page = search(app_client, writer, "aisle seats", mode=mode, limit=2)
+
+    assert len(page["data"]) == 2 and page["meta"]["has_more"] is True
+    assert len(read) <= 3, read
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "semantic", "keyword"])
@@ -313,7 +346,7 @@ def test_reindex_after_a_model_change(
     assert store.queue_for_model(newer.model, batch=1) == 0  # resumable: queued once
     assert drain(store, newer) == 2
     found = store.nearest_memories(_query(store, writer), probe, newer.model, 5)
-    assert [str(ranked.memory.id) for ranked in found][0] == aisle
+    assert [str(scored.id) for scored in found][0] == aisle
     assert len(found) == 2
 
 

@@ -110,7 +110,7 @@ def test_the_bit_pass_and_rescoring_return_the_exact_top_k(store: Store, world: 
     ten, in exact order, with exact scores."""
     agent = world.agent(world.user("Ann", "acme"))
     rng = np.random.default_rng(11)
-    count = 3 * CHUNK_ROWS + 100
+    count = 7 * CHUNK_ROWS + 100
     assert count > 2 * RESCORE
     vectors = unit(rng.standard_normal((count, DIMS)).astype(np.float32))
     probe = unit(rng.standard_normal(DIMS).astype(np.float32))
@@ -136,8 +136,8 @@ def test_the_bit_pass_and_rescoring_return_the_exact_top_k(store: Store, world: 
 
     found = store.nearest_memories(agent_query(store, agent), probe, MODEL, 10)
 
-    assert [ranked.memory.id for ranked in found] == [ids[i] for i in top]
-    assert [ranked.score for ranked in found] == pytest.approx(exact[top].tolist(), abs=1e-5)
+    assert [scored.id for scored in found] == [ids[i] for i in top]
+    assert [scored.score for scored in found] == pytest.approx(exact[top].tolist(), abs=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -218,15 +218,16 @@ def test_org_wide_search_is_not_crowded_out_by_memories_it_does_not_list(
         for i in range(31)
     ]
     vectors = np.vstack([close_but_flipped(probe)[None, :], near_by_signs(probe, rng, 30)])
-    answer, *_ = stored(store, shared, vectors)
+    organization_ids = stored(store, shared, vectors)
+    answer = organization_ids[0]
     found = store.agent_by_key(hash_key(mine.api_key))
     assert found is not None
     query = MemoryService.agent_query(found, AgentListParams(memory_scope="org"), Filters())
 
     top = store.nearest_memories(query, probe, MODEL, 10)
 
-    assert [ranked.memory.id for ranked in top][:1] == [answer]
-    assert {ranked.memory.scope for ranked in top} == {Scope.ORGANIZATION}
+    assert [scored.id for scored in top][:1] == [answer]
+    assert {scored.id for scored in top} <= set(organization_ids)
 
 
 def test_a_filter_that_keeps_few_candidates_ranks_among_what_it_keeps(
@@ -244,15 +245,16 @@ def test_a_filter_that_keeps_few_candidates_ranks_among_what_it_keeps(
     kind = {"type": MemoryType.PROCEDURAL}
     wanted = [agent_memory(agent, f"how-to {i}", now, **kind) for i in range(41)]
     vectors = np.vstack([close_but_flipped(probe)[None, :], near_by_signs(probe, rng, 40)])
-    answer, *_ = stored(store, wanted, vectors)
+    wanted_ids = stored(store, wanted, vectors)
+    answer = wanted_ids[0]
     found = store.agent_by_key(hash_key(agent.api_key))
     assert found is not None
     query = MemoryService.agent_query(found, AgentListParams(), Filters(type=MemoryType.PROCEDURAL))
 
     top = store.nearest_memories(query, probe, MODEL, 10)
 
-    assert len(top) == 10 and top[0].memory.id == answer
-    assert {ranked.memory.type for ranked in top} == {MemoryType.PROCEDURAL}
+    assert len(top) == 10 and top[0].id == answer
+    assert {scored.id for scored in top} <= set(wanted_ids)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -304,5 +306,110 @@ def test_migration_keys_the_layout_by_scope(backend: str, tmp_path: Path) -> Non
         command.upgrade(config, "head")
         assert layout() == scoped
         with engine.connect() as conn:
-            assert conn.execute(sa.select(sa.func.count()).select_from(vector_chunks)).scalar() == 2
+            sealed = conn.execute(sa.select(vector_chunks.c.rows)).scalars().all()
+        assert sorted(sealed) == [128] * 4  # 0019 seals 256 a chunk, 0021 splits them in two
         engine.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migration_splits_chunks_in_two_and_keeps_keys_and_bits_in_the_row(
+    backend: str, tmp_path: Path
+) -> None:
+    """0021 splits every chunk sealed before it (256 vectors) into chunks of `CHUNK_ROWS`
+    (128) in order, each blob cut at the same vectors, and on PostgreSQL stores the keys and
+    sign bits MAIN (in the row, where a search reads them): the answers do not change."""
+    with fresh_database(backend, tmp_path) as url:
+        settings = Settings(database_url=url)
+        migrate(settings, "0019_vector_tenants")
+        opened = open_store(settings)
+        world = World(opened)
+        agent = world.agent(world.user("Ann", "acme"))
+        rng = np.random.default_rng(21)
+        saved(
+            opened, agent, unit(rng.standard_normal((2 * CHUNK_ROWS + 9, DIMS)).astype(np.float32))
+        )
+        probes = unit(rng.standard_normal((3, DIMS)).astype(np.float32))
+        query = agent_query(opened, agent)
+        engine = sa.create_engine(driver_url(url))
+        C = vector_chunks.c
+        with engine.begin() as conn:  # one chunk of 256, as the worker sealed them before 0021
+            parts = conn.execute(sa.select(vector_chunks).order_by(C.seq)).all()
+            assert [part.rows for part in parts] == [CHUNK_ROWS, CHUNK_ROWS]
+            merged = {
+                **parts[0]._mapping,
+                "rows": 2 * CHUNK_ROWS,
+                **{
+                    name: bytes(parts[0]._mapping[name]) + bytes(parts[1]._mapping[name])
+                    for name in ("pks", "scales", "vectors", "bits")
+                },
+            }
+            conn.execute(vector_chunks.delete())
+            conn.execute(vector_chunks.insert().values(**merged))
+        before = [opened.nearest_memories(query, probe, MODEL, 10) for probe in probes]
+        opened.close()
+
+        migrate(settings)
+
+        with engine.connect() as conn:
+            after_parts = conn.execute(sa.select(vector_chunks).order_by(C.seq)).all()
+            if backend == "postgresql":
+                storage = dict(
+                    conn.exec_driver_sql(
+                        "SELECT attname, attstorage FROM pg_attribute "
+                        "WHERE attrelid = 'vector_chunks'::regclass "
+                        "AND attname IN ('pks', 'bits', 'owner')"
+                    ).all()
+                )
+                assert storage == {"pks": "m", "bits": "m", "owner": "p"}
+        engine.dispose()
+        assert [(part.seq, part.rows) for part in after_parts] == [(1, 128), (2, 128)]
+        for name in ("pks", "scales", "vectors", "bits"):
+            assert [bytes(part._mapping[name]) for part in after_parts] == [
+                bytes(part._mapping[name]) for part in parts
+            ]
+        reopened = open_store(settings)
+        assert [reopened.nearest_memories(query, probe, MODEL, 10) for probe in probes] == before
+        reopened.close()
+
+
+def test_the_check_asks_about_the_best_candidates_first(
+    store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a filter that narrows the owners' memories, the best `limit` rescored
+    candidates all pass the query's check: the other rescored candidates are not asked about.
+    With a filter that keeps few, every rescored candidate is asked about (and the search
+    ranks among what the filter keeps)."""
+    agent = world.agent(world.user("Ann", "acme"))
+    rng = np.random.default_rng(23)
+    probe = unit(rng.standard_normal(DIMS).astype(np.float32))
+    now = utcnow()
+    plain = [agent_memory(agent, f"plain {i}", now) for i in range(RESCORE + 200)]
+    stored(store, plain, near_by_signs(probe, rng, len(plain)))
+    kind = {"type": MemoryType.PROCEDURAL}
+    wanted = stored(store, [agent_memory(agent, "how-to", now, **kind)], probe[None, :])
+    asked: list[int] = []
+
+    class Asked(dict[str, Any]):
+        def __setitem__(self, key: str, value: Any) -> None:
+            if key == "candidates":
+                asked.append(len(value))
+            super().__setitem__(key, value)
+
+    checked = store._checked  # type: ignore[attr-defined]
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        statement, params = checked(*args, **kwargs)
+        return statement, Asked(params)
+
+    monkeypatch.setattr(store, "_checked", recording)
+    found = store.agent_by_key(hash_key(agent.api_key))
+    assert found is not None
+
+    everything = MemoryService.agent_query(found, AgentListParams(), Filters())
+    assert len(store.nearest_memories(everything, probe, MODEL, 10)) == 10
+    assert asked == [10]
+
+    asked.clear()
+    few = MemoryService.agent_query(found, AgentListParams(), Filters(type=MemoryType.PROCEDURAL))
+    assert [scored.id for scored in store.nearest_memories(few, probe, MODEL, 10)] == wanted
+    assert asked[:2] == [10, RESCORE - 10]

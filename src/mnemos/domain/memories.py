@@ -185,10 +185,11 @@ class MemoryService:
             depth = min(request.offset + request.page_size, RANKED_LIST_CAP)
             found, _ = self.recall.answer(query, text, SearchMode.HYBRID, depth)
             found = found[:depth]
-            items = [r.memory for r in found[request.offset : request.offset + request.page_size]]
+            page = found[request.offset : request.offset + request.page_size]
+            items = [r.memory for r in self.recall.read(query, page)]
             return MemoryPage(items, offset_meta(request, len(found)), deprecated=True)
         found, _ = self.recall.answer(query, text, SearchMode.HYBRID, request.limit)
-        items = [r.memory for r in found[: request.limit]]
+        items = [r.memory for r in self.recall.read(query, found[: request.limit])]
         return MemoryPage(items, cursor_meta(request, None), deprecated=False)
 
     def validate_draft(self, draft: MemoryDraft) -> None:

@@ -40,7 +40,7 @@ from mnemos.domain.models import (
 )
 from mnemos.domain.pagination import Position
 from mnemos.domain.queries import MemoryQuery
-from mnemos.domain.search import Ranked
+from mnemos.domain.search import Scored
 from mnemos.domain.tenants import Tenants
 
 KeyKind = Literal["agent", "user"]
@@ -163,9 +163,10 @@ class MemoryStore(Protocol):
         """
 
     @abc.abstractmethod
-    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Ranked]:
-        """The full-text `Ranker`: up to `limit` memories matching `query` (which must have a
-        search and `Order.RELEVANCE`), best first by `(score, id)`, within the search budget.
+    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Scored]:
+        """The full-text `Ranker`: the ids of up to `limit` memories matching `query` (which
+        must have a search and `Order.RELEVANCE`), best first by `(score, id)`, with their
+        scores, within the search budget.
 
         >>> [r.score for r in store.rank_memories(query, limit=3)]
         [4.2, 1.7, 1.7]
@@ -468,10 +469,11 @@ class VectorStore(Protocol):
     @abc.abstractmethod
     def nearest_memories(
         self, query: MemoryQuery, vector: NDArray[np.float32], model: str, limit: int
-    ) -> Sequence[Ranked]:
-        """Up to `limit` memories of `query` (its audiences and filters; no full-text search)
-        whose `model` vectors are nearest to `vector`, best first; the score is their cosine
-        similarity. Every memory returned is checked against the query in the database."""
+    ) -> Sequence[Scored]:
+        """The ids of up to `limit` memories of `query` (its audiences and filters; no
+        full-text search) whose `model` vectors are nearest to `vector`, best first, with their
+        cosine similarity as the score. Every memory named is checked against the query in the
+        database."""
 
     @abc.abstractmethod
     def queue_for_model(self, model: str, batch: int) -> int:

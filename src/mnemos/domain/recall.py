@@ -11,8 +11,9 @@ it in the database). Modes:
   a memory's score is the sum over legs of `1 / (RRF_K + rank)`. Without an embedder, hybrid
   is keyword search and says so in `meta`.
 
-The first page computes the search's whole ordered answer (at most `MAX_DEPTH` memories, or
-`2 * HYBRID_DEPTH` for hybrid) and keeps the rest of it (`SearchPages`, for `KEPT_FOR`); its
+The first page computes the search's whole ordered answer by id (at most `MAX_DEPTH` memories,
+or `2 * HYBRID_DEPTH` for hybrid), reads the rows of the memories its page returns, and keeps
+the rest of the answer (`SearchPages`, for `KEPT_FOR`); its
 signed cursor is bound to the search (`search_key`: its words, mode, filters and audience) and
 names the kept answer and an offset in it. A later page serves the next ids of that answer,
 each checked again against the query: nothing repeats, nothing that still matches is skipped,
@@ -40,11 +41,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mnemos.domain.ids import utcnow
-from mnemos.domain.models import Memory
 from mnemos.domain.pagination import CursorCodec, RecallPosition
 from mnemos.domain.ports import Embedder, MemoryStore, SearchPages, VectorStore
 from mnemos.domain.queries import MemoryQuery, Order
-from mnemos.domain.search import Ranked, SearchQuery, parse_search
+from mnemos.domain.search import Ranked, Scored, SearchQuery, parse_search
 from mnemos.errors import InvalidPagination, MnemosError, SemanticSearchDisabled, invalid_field
 
 log = logging.getLogger("mnemos")
@@ -135,21 +135,22 @@ class Recall:
         ordered, fallback = self.answer(query, text, mode, MAX_DEPTH)
         if fallback is not None:
             meta.update(mode="keyword", requested_mode=mode.value, fallback=fallback)
+        items, more = self._page(query, ordered, 0, limit)
         next_cursor = None
-        if len(ordered) > limit:
+        if more is not None:
             kept = secrets.token_urlsafe(18)
-            rest = [(ranked.memory.id, ranked.score) for ranked in ordered[limit:]]
+            rest = [(scored.id, scored.score) for scored in ordered[more:]]
             self.store.keep_search(kept, rest, utcnow() + KEPT_FOR, caller, self.kept_per_caller)
             next_cursor = self.codec.encode_recall(RecallPosition(key, meta["mode"], kept, 0))
         meta.update(has_more=next_cursor is not None, next_cursor=next_cursor)
-        return Recalled(ordered[:limit], meta)
+        return Recalled(items, meta)
 
     def answer(
         self, query: MemoryQuery, text: str, mode: SearchMode, depth: int
-    ) -> tuple[list[Ranked], str | None]:
-        """A search's whole ordered answer, best first (at most `depth` memories by keyword or
-        by meaning; hybrid fuses the best `HYBRID_DEPTH` of each leg), and why hybrid fell back
-        to keyword (None: it did not)."""
+    ) -> tuple[list[Scored], str | None]:
+        """A search's whole ordered answer by id, best first (at most `depth` memories by
+        keyword or by meaning; hybrid fuses the best `HYBRID_DEPTH` of each leg), and why
+        hybrid fell back to keyword (None: it did not)."""
         probe, fallback = self._probe(text, mode)
         if probe is None:
             return self._by_words(query, text, mode is SearchMode.KEYWORD, depth), fallback
@@ -162,8 +163,7 @@ class Recall:
     def _later_page(
         self, query: MemoryQuery, mode: SearchMode, after: RecallPosition, limit: int
     ) -> Recalled:
-        """The next `limit` memories of the answer the first page kept, from `after.offset`,
-        each checked again against the query (gone, changed or no longer visible: skipped)."""
+        """The next `limit` memories of the answer the first page kept, from `after.offset`."""
         kept = self.store.kept_search(after.kept)
         if kept is None:
             raise InvalidPagination(
@@ -172,26 +172,43 @@ class Recall:
         meta: dict[str, Any] = {"mode": after.mode, "limit": limit}
         if after.mode != mode.value:
             meta.update(requested_mode=mode.value, fallback="first page fell back")
+        answer = [Scored(memory_id, score) for memory_id, score in kept]
+        items, more = self._page(query, answer, after.offset, limit)
+        next_cursor = None
+        if more is not None:
+            next_cursor = self.codec.encode_recall(replace(after, offset=more))
+        meta.update(has_more=next_cursor is not None, next_cursor=next_cursor)
+        return Recalled(items, meta)
+
+    def read(self, query: MemoryQuery, answer: Sequence[Scored]) -> list[Ranked]:
+        """The memories of `answer`, in its order, that the query still returns."""
+        return self._page(query, answer, 0, len(answer))[0]
+
+    def _page(
+        self, query: MemoryQuery, answer: Sequence[Scored], offset: int, limit: int
+    ) -> tuple[list[Ranked], int | None]:
+        """The first `limit` memories of `answer` from `offset` that the query still returns
+        (each read and checked against it: gone, changed or no longer visible is skipped), and
+        the offset of the next page (None: nothing after them still matches)."""
         live = replace(query, search=None, order=Order.NEWEST)
         found: list[tuple[int, Ranked]] = []
-        at = after.offset
-        while at < len(kept) and len(found) <= limit:
-            chunk = kept[at : at + MAX_LIMIT + 1]
-            ids = tuple(memory_id for memory_id, _ in chunk)
+        at = offset
+        while at < len(answer) and len(found) <= limit:
+            # The page and one more (whether a next page exists); past memories that dropped
+            # out, chunks as large as a page can be, so a few statements read any answer.
+            size = limit + 1 if at == offset else MAX_LIMIT + 1
+            chunk = answer[at : at + size]
+            ids = tuple(scored.id for scored in chunk)
             rows = self.store.list_memories(replace(live, memory_ids=ids), limit=len(ids))
             alive = {memory.id: memory for memory in rows}
             found.extend(
-                (at + n, Ranked(alive[memory_id], score))
-                for n, (memory_id, score) in enumerate(chunk)
-                if memory_id in alive
+                (at + n, Ranked(alive[scored.id], scored.score))
+                for n, scored in enumerate(chunk)
+                if scored.id in alive
             )
             at += len(chunk)
-        next_cursor = None
-        if len(found) > limit:
-            position = replace(after, offset=found[limit - 1][0] + 1)
-            next_cursor = self.codec.encode_recall(position)
-        meta.update(has_more=next_cursor is not None, next_cursor=next_cursor)
-        return Recalled([ranked for _, ranked in found[:limit]], meta)
+        more = found[limit - 1][0] + 1 if len(found) > limit else None
+        return [ranked for _, ranked in found[:limit]], more
 
     def _probe(self, text: str, mode: SearchMode) -> tuple[NDArray[np.float32] | None, str | None]:
         """The query's embedding (None: rank by keyword), and why hybrid fell back to keyword
@@ -210,7 +227,7 @@ class Recall:
             log.warning("hybrid search fell back to keyword: %s", exc)
             return None, exc.code
 
-    def _by_words(self, query: MemoryQuery, text: str, strict: bool, depth: int) -> list[Ranked]:
+    def _by_words(self, query: MemoryQuery, text: str, strict: bool, depth: int) -> list[Scored]:
         """The best `depth` by full-text relevance, in the store's order; each scored by its
         rank alone, `1 / (RRF_K + rank)` (the store's own score is not shown: SQLite's bm25
         counts every organization's memories)."""
@@ -224,9 +241,9 @@ class Recall:
                 return []  # nothing full text can look for (too many words, no letters)
         ranked = replace(query, search=search, order=Order.RELEVANCE)
         rows = self.store.rank_memories(ranked, limit=depth)
-        return [Ranked(row.memory, 1.0 / (RRF_K + rank)) for rank, row in enumerate(rows, 1)]
+        return [Scored(row.id, 1.0 / (RRF_K + rank)) for rank, row in enumerate(rows, 1)]
 
-    def _nearest(self, query: MemoryQuery, probe: NDArray[np.float32], limit: int) -> list[Ranked]:
+    def _nearest(self, query: MemoryQuery, probe: NDArray[np.float32], limit: int) -> list[Scored]:
         assert self.embedder is not None
         plain = replace(query, search=None, order=Order.NEWEST)
         return list(self.store.nearest_memories(plain, probe, self.embedder.model, limit))
@@ -239,18 +256,15 @@ def search_key(query: MemoryQuery, text: str, mode: SearchMode) -> str:
     return base64.urlsafe_b64encode(digest[:12]).decode()
 
 
-def fuse(legs: Sequence[Sequence[Ranked]], limit: int) -> list[Ranked]:
+def fuse(legs: Sequence[Sequence[Scored]], limit: int) -> list[Scored]:
     """Reciprocal rank fusion: each leg adds `1 / (RRF_K + rank)` to a memory's score; best
     first by `(score, id)`."""
     scores: dict[uuid.UUID, float] = {}
-    found: dict[uuid.UUID, Memory] = {}
     for leg in legs:
-        for rank, ranked in enumerate(leg, start=1):
-            memory_id = ranked.memory.id
-            scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
-            found.setdefault(memory_id, ranked.memory)
+        for rank, scored in enumerate(leg, start=1):
+            scores[scored.id] = scores.get(scored.id, 0.0) + 1.0 / (RRF_K + rank)
     best = sorted(scores, key=lambda memory_id: (scores[memory_id], memory_id), reverse=True)
-    return [Ranked(found[memory_id], scores[memory_id]) for memory_id in best[:limit]]
+    return [Scored(memory_id, scores[memory_id]) for memory_id in best[:limit]]
 
 
 def embed_pending(store: VectorStore, embedder: Embedder, batch: int = 32) -> int:

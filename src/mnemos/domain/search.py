@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from mnemos.domain.models import Memory
 from mnemos.errors import invalid_field
@@ -81,12 +82,20 @@ class Ranked:
     score: float
 
 
+class Scored(NamedTuple):
+    """A memory of a ranked answer by id, with its score: what a ranker answers. A search reads
+    the rows of the few it returns only once its page is cut (`domain/recall.py`)."""
+
+    id: uuid.UUID
+    score: float
+
+
 class Ranker(Protocol):
     """Ranks the memories a query may return, best first."""
 
-    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Ranked]:
-        """Up to `limit` memories matching `query` (its audiences, filters and search), best
-        first by `(score, id)`."""
+    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Scored]:
+        """The ids of up to `limit` memories matching `query` (its audiences, filters and
+        search), best first by `(score, id)`, with their scores."""
         ...
 
 

@@ -34,9 +34,11 @@ class GroupCommit:
     def __init__(
         self,
         open_transaction: Callable[[], AbstractContextManager[Connection]],
+        open_lazy: Callable[[], AbstractContextManager[Connection]] | None = None,
         max_batch: int = 64,
     ):
         self._open_transaction = open_transaction
+        self._open_lazy = open_lazy or open_transaction
         self._max_batch = max_batch
         self._turn = threading.Lock()
         self._counter = threading.Lock()
@@ -69,6 +71,24 @@ class GroupCommit:
         batch.done.wait()
         if batch.error is not None:
             raise batch.error
+
+    @contextmanager
+    def write_lazily(self) -> Iterator[Connection]:
+        """A write in a transaction of its own, opened by `open_lazy` (one whose COMMIT need
+        not reach the disk before it returns), in turn with the others: a batch still open
+        (its writers wait for its COMMIT) commits first, so no durable write shares it."""
+        with self._counter:
+            self._waiting += 1
+        self._turn.acquire()
+        with self._counter:
+            self._waiting -= 1
+        try:
+            if self._batch is not None:
+                self._commit(self._batch)
+            with self._open_lazy() as conn:
+                yield conn
+        finally:
+            self._turn.release()
 
     def _begin(self) -> _Batch:
         transaction = ExitStack()

@@ -310,10 +310,13 @@ class PostgresStore(SqlStore):
             {"owner": tenant.hex + owner},
         )
 
-    def _commit_lazily(self, conn: Connection) -> None:
+    @contextmanager
+    def _lazy_write(self) -> Iterator[Connection]:
         # Visible to every session at once; only its WAL flush is deferred (by at most
         # wal_writer_delay), so a crash may lose it, never corrupt anything.
-        conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+        with self._write(mark=False) as conn:
+            conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+            yield conn
 
     def _candidates_in(self, column: sa.Column[Any]) -> sa.ColumnElement[bool]:
         # One array parameter: the statement's text is the same whatever the count, so it is

@@ -369,7 +369,8 @@ vector_chunks = sa.Table(
     sa.Column("scales", sa.LargeBinary(), nullable=False),  # float32
     sa.Column("vectors", sa.LargeBinary(), nullable=False),  # int8, rows x dimensions
     # The vectors' sign bits, packed (numpy.packbits): rows x dimensions / 8 bytes; a search
-    # reads these and the keys only (migration 0014).
+    # reads these and the keys only (migration 0014), kept in the row on PostgreSQL (STORAGE
+    # MAIN, migration 0021).
     sa.Column("bits", sa.LargeBinary(), nullable=False),
 )
 

@@ -21,7 +21,7 @@ from mnemos.domain.history import SERVER, STATUS_EVENTS
 from mnemos.domain.models import ChangedBy, HistoryEvent, Memory, Status
 from mnemos.domain.pagination import Position
 from mnemos.domain.queries import FILTER_NAMES, MemoryQuery, Order
-from mnemos.domain.search import Ranked
+from mnemos.domain.search import Scored
 from mnemos.domain.tenants import Tenants
 from mnemos.errors import Conflict, SearchTooExpensive
 from mnemos.storage.base import Store
@@ -322,7 +322,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         return statement
 
     @replica_read
-    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Ranked]:
+    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Scored]:
         if query.search is None or query.order is not Order.RELEVANCE:
             raise ValueError("rank_memories needs a search in relevance order")
         if not query.audiences:
@@ -335,12 +335,12 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             statement = self._ranked_statement(query)
             self._remember(shape, statement)
         with self._search_read() as conn, self._search_budget(conn):
-            rows = conn.execute(statement, params)
-            return [Ranked(to_memory(row[1:]), float(row[0])) for row in rows]
+            return [Scored(row[1], float(row[0])) for row in conn.execute(statement, params)]
 
     def _ranked_statement(self, query: MemoryQuery) -> sa.Select[Any]:
-        """`(score, *MEMORY_COLUMNS)` of the best matches: each audience's matches scored, a
-        memory in several audiences counted once, ordered by `(score, id)` descending."""
+        """`(score, id)` of the best matches: each audience's matches scored, a memory in
+        several audiences counted once, ordered by `(score, id)` descending (the rows of the
+        few a page returns are read after it is cut)."""
         branches = []
         for index in range(len(query.audiences)):
             source, match, score = self._search_rank(sa.bindparam(f"a{index}_search"))
@@ -359,18 +359,17 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             .group_by(scored.c.tenant_id, scored.c.id)
             .subquery("ranked")
         )
-        statement = sa.select(best.c.score, *MEMORY_COLUMNS).join(
-            best, sa.and_(best.c.tenant_id == M.tenant_id, best.c.id == M.id)
-        )
-        return statement.order_by(best.c.score.desc(), M.id.desc()).limit(
-            sa.bindparam("limit", type_=sa.Integer())
+        return (
+            sa.select(best.c.score, best.c.id)
+            .order_by(best.c.score.desc(), best.c.id.desc())
+            .limit(sa.bindparam("limit", type_=sa.Integer()))
         )
 
     def _checked(
-        self, query: MemoryQuery, with_rows: bool, candidates: bool = True
+        self, query: MemoryQuery, with_ids: bool, candidates: bool = True
     ) -> tuple[sa.Select[Any], dict[str, Any]]:
         params = self._list_params(query, None)
-        shape = (*self._shape("checked", query, params), with_rows, candidates)
+        shape = (*self._shape("checked", query, params), with_ids, candidates)
         statement = self._statements.get(shape)
         if statement is None:
             visible = sa.or_(
@@ -379,7 +378,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                     for index in range(len(query.audiences))
                 )
             )
-            columns = (M.pk, *MEMORY_COLUMNS) if with_rows else (M.pk,)
+            columns = (M.pk, M.id) if with_ids else (M.pk,)
             statement = sa.select(*columns).where(visible)
             if candidates:
                 statement = statement.where(self._candidates_in(M.pk))

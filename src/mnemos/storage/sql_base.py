@@ -390,9 +390,7 @@ class SqlBase(abc.ABC):
             .limit(EXPIRED_CLEANED)
             .with_for_update(skip_locked=True)
         )
-        with self._write(mark=False) as conn:
-            if not durable:
-                self._commit_lazily(conn)
+        with self._lazy_write() if not durable else self._write(mark=False) as conn:
             conn.execute(table.delete().where(column.in_(expired)))
             row = {column.name: key, "expires_at": expires_at, **values}
             inserted = conn.execute(
@@ -444,10 +442,11 @@ class SqlBase(abc.ABC):
             owner=owner,
         )
 
-    def _commit_lazily(self, conn: Connection) -> None:  # noqa: ARG002
-        """Let this write transaction's commit return before it reaches the disk (a dialect
-        hook: PostgreSQL's asynchronous commit; SQLite's writes share one commit, so no)."""
-        return None
+    def _lazy_write(self) -> AbstractContextManager[Connection]:
+        """A write transaction (of a table only the primary reads) whose commit may return
+        before it reaches the disk: a crash may lose it, never corrupt anything (a dialect
+        hook: PostgreSQL's asynchronous commit, SQLite's `synchronous=NORMAL`)."""
+        return self._write(mark=False)
 
     def kept_search(self, search_id: str) -> list[tuple[uuid.UUID, float]] | None:
         # On the primary, never a replica: the first page wrote it a moment ago.

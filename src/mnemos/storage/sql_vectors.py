@@ -32,8 +32,7 @@ from sqlalchemy.engine import Connection
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Scope
 from mnemos.domain.queries import Audience, MemoryQuery
-from mnemos.domain.search import Ranked
-from mnemos.storage.rows import to_memory
+from mnemos.domain.search import Scored
 from mnemos.storage.schema import (
     agents,
     chat_participants,
@@ -59,14 +58,18 @@ Q = vector_queue.c
 T = vector_tail.c
 C = vector_chunks.c
 
-CHUNK_ROWS = 256
+CHUNK_ROWS = 128
+"""Vectors per sealed chunk: its keys and sign bits (1 KB + 6 KB) stay in the row on PostgreSQL
+(stored MAIN, migration 0021), where 256 (2 KB + 12 KB) went out of line to TOAST, a lookup
+and several TOAST rows per chunk read."""
 RESCORE = 400
 """How many of a scope's vectors closest by sign bits are scored exactly (at least; more for a
 large `limit`). Measured (docs/search.md, bench/bit_recall.py): recall@10 against exact search
 >= 0.95 at 10,000 and 100,000 vectors of real MiniLM embeddings; each one costs a key lookup."""
 MIN_PASSED = 0.5
-"""When fewer than this share of the rescored candidates pass the query's filters, the search
-ranks again among only the memories the query holds (its filters keep few of the owners')."""
+"""When fewer than this share of the rescored candidates asked about pass the query's filters,
+the search ranks again among only the memories the query holds (its filters keep few of the
+owners')."""
 OWNER_COLUMNS = (
     ("source_agent_id", "a"),
     ("subject_id", "s"),
@@ -114,11 +117,11 @@ class VectorsSql(SqlBase):
 
     @abc.abstractmethod
     def _checked(
-        self, query: MemoryQuery, with_rows: bool, candidates: bool = True
+        self, query: MemoryQuery, with_ids: bool, candidates: bool = True
     ) -> tuple[sa.Select[Any], dict[str, Any]]:
         """The query's audiences and filters as one statement over the memories whose pk is in
         the bound `candidates` (unless `candidates` is False: all of them), selecting
-        `(pk, *MEMORY_COLUMNS)` (`with_rows`) or the pk."""
+        `(pk, id)` (`with_ids`) or the pk."""
 
     # --- the queue -------------------------------------------------------------------------
 
@@ -398,7 +401,7 @@ class VectorsSql(SqlBase):
 
     def nearest_memories(
         self, query: MemoryQuery, vector: NDArray[np.float32], model: str, limit: int
-    ) -> Sequence[Ranked]:
+    ) -> Sequence[Scored]:
         if not query.audiences or limit <= 0:
             return []
         probe = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -415,11 +418,11 @@ class VectorsSql(SqlBase):
             nearest = first_pass(pks, bits, probe, rescore, copies)
             keys, scores = self._rescored(conn, tenants, nearest, model, probe)
             order = best(keys, scores, len(keys))
-            found, passed = self._recheck(conn, query, keys[order], scores[order], limit)
-            if len(nearest) < len(pks) and (len(found) < limit or passed < MIN_PASSED * len(keys)):
+            found, share = self._recheck(conn, query, keys[order], scores[order], limit)
+            if len(nearest) < len(pks) and (len(found) < limit or share < MIN_PASSED):
                 # The filters (or statuses) keep few of the owners' memories, so few of the
                 # closest passed: ask which memories the query holds and rank only those.
-                statement, params = self._checked(query, with_rows=False, candidates=False)
+                statement, params = self._checked(query, with_ids=False, candidates=False)
                 allowed = np.fromiter(conn.execute(statement, params).scalars(), dtype=np.int64)
                 keep = np.isin(pks, allowed)
                 nearest = first_pass(pks[keep], bits[keep], probe, rescore, copies)
@@ -430,27 +433,29 @@ class VectorsSql(SqlBase):
 
     def _recheck(
         self, conn: Connection, query: MemoryQuery, pks: NDArray[np.int64], scores: Any, limit: int
-    ) -> tuple[list[Ranked], int]:
-        """The best `limit` candidates (best first) that the query returns, with their scores,
-        and how many of all the candidates it returns: which pass is asked by key (cheap), then
-        only the winners' rows are read."""
+    ) -> tuple[list[Scored], float]:
+        """The best `limit` candidates (`pks`: distinct, best first) that the query returns, by
+        id with their scores, and the share of the candidates asked about that it returns. The
+        best `limit` are asked about first, by key (no row is read); the rest only when some of
+        those do not pass (without a narrowing filter, all do)."""
         if len(pks) == 0:
-            return [], 0
-        keys, params = self._checked(query, with_rows=False)
-        params["candidates"] = [int(pk) for pk in pks]
-        passed = set(conn.execute(keys, params).scalars())
-        best: dict[int, float] = {}
+            return [], 0.0
+        statement, params = self._checked(query, with_ids=True)
+        passed: dict[int, uuid.UUID] = {}
+        asked = 0
+        for part in (pks[:limit], pks[limit:]):
+            if len(part) == 0 or len(passed) >= limit:
+                break
+            params["candidates"] = [int(pk) for pk in part]
+            passed.update((row[0], row[1]) for row in conn.execute(statement, params))
+            asked += len(part)
+        found: list[Scored] = []
         for pk, score in zip(pks.tolist(), scores.tolist(), strict=True):
-            if pk in passed and pk not in best:
-                best[pk] = float(score)
-                if len(best) == limit:
+            if pk in passed:
+                found.append(Scored(passed[pk], float(score)))
+                if len(found) == limit:
                     break
-        if not best:
-            return [], len(passed)
-        statement, params = self._checked(query, with_rows=True)
-        params["candidates"] = list(best)
-        rows = {row[0]: to_memory(row[1:]) for row in conn.execute(statement, params)}
-        return [Ranked(rows[pk], score) for pk, score in best.items() if pk in rows], len(passed)
+        return found, len(passed) / asked
 
     def _owners(
         self, conn: Connection, audiences: Iterable[Audience]

@@ -256,7 +256,8 @@ class SqliteStore(SqlStore):
         on_disk = path != ":memory:"
         if on_disk:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._writes = GroupCommit(self._transaction)
+        self._synchronous = synchronous
+        self._writes = GroupCommit(self._transaction, self._lazy_transaction)
         self._pages: dict[tuple[bytes, bytes], int] = {}  # `_term_stats`' cache, per range
         self._counted: dict[str, int] = {}  # `_term_stats`' exact counts, per FTS5 expression
         self._rows = 0
@@ -289,6 +290,27 @@ class SqliteStore(SqlStore):
         """A write transaction (`BEGIN IMMEDIATE`), once this process holds the write lock."""
         with self._process_lock(), self._write_engine.begin() as conn:
             yield conn
+
+    @contextmanager
+    def _lazy_write(self) -> Iterator[Connection]:
+        # Alone in its transaction (a durable batch still open commits first), so that only
+        # this commit skips the fsync.
+        with self._guard(), self._writes.write_lazily() as conn:
+            yield conn
+
+    @contextmanager
+    def _lazy_transaction(self) -> Iterator[Connection]:
+        """A write transaction whose COMMIT does not wait for the disk (`synchronous=NORMAL`:
+        in WAL mode a crash may lose it, never corrupt the file; the next durable commit or
+        checkpoint syncs it with the rest). The setting cannot change inside a transaction."""
+        with self._process_lock(), self._write_engine.connect() as conn:
+            raw = driver_connection(conn)
+            raw.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                raw.execute(f"PRAGMA synchronous={self._synchronous}")
 
     @contextmanager
     def _process_lock(self) -> Iterator[None]:
