@@ -69,15 +69,26 @@ def statement_times(engine: sa.Engine) -> Iterator[list[dict[str, Any]]]:
 
 def erase_profile(store: SqlStore, person: uuid.UUID) -> dict[str, Any]:
     erasure = Erasure(uuid7(), person, SERVER, utcnow())
-    with statement_times(store._write_engine) as statements:
-        started = time.perf_counter()
-        erased = store.erase_subject(erasure)
-        total = time.perf_counter() - started
+    committing: list[float] = []
+
+    def commit(_conn: Any) -> None:
+        committing.append(time.perf_counter())
+
+    sa.event.listen(store._write_engine, "commit", commit)
+    try:
+        with statement_times(store._write_engine) as statements:
+            started = time.perf_counter()
+            erased = store.erase_subject(erasure)
+            ended = time.perf_counter()
+    finally:
+        sa.event.remove(store._write_engine, "commit", commit)
     in_sql = sum(s["ms"] for s in statements)
+    commit_ms = (ended - committing[-1]) * 1000 if committing else 0.0
     return {
         "erased": erased,
-        "seconds": round(total, 3),
-        "outside_statements_ms": round(total * 1000 - in_sql, 1),
+        "seconds": round(ended - started, 3),
+        "commit_ms": round(commit_ms, 1),
+        "outside_statements_and_commit_ms": round((ended - started) * 1000 - in_sql - commit_ms, 1),
         "statements": statements,
     }
 
