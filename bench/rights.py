@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,7 +42,7 @@ from typing import Any
 import httpx
 
 from bench.dataset import vocabulary
-from bench.run import Rss, database, percentile, settle, start_server
+from bench.run import Rss, database, keep_template, percentile, settle, start_server
 from mnemos.config import Settings
 from mnemos.domain import accounts
 from mnemos.domain.history import SERVER
@@ -277,47 +278,83 @@ def _ratio(during: list[float], normal: list[float]) -> float | None:
     return round(percentile(during, 0.5) / percentile(normal, 0.5), 2)
 
 
-def run_backend(
-    backend: str, count: int, about: int, clients: int, baseline: float
-) -> dict[str, Any]:  # noqa: E501
-    tmp = Path(tempfile.mkdtemp(prefix="mnemos-bench-rights-"))
-    url, drop = database(backend, tmp)
+def keys_file(template: str) -> Path:
+    """Where a template's keys are kept (a database keeps only their hashes)."""
+    return Path(tempfile.gettempdir()) / f"mnemos-rights-{Path(template).name}.keys.json"
+
+
+def load_or_copy(
+    backend: str, count: int, about: int, tmp: Path, template: str | None, keep: str | None = None
+) -> tuple[str, Callable[[], None], Loaded, float]:
+    """A database for one run: a copy of `template` (loaded earlier, with `keep`), or a fresh
+    load of `count` memories; its URL, how to drop it, its keys, and the load's seconds. A
+    template is migrated to the current schema after it is copied."""
+    url, drop = database(backend, tmp, template)
     try:
         settings = Settings(database_url=url, embedder="none")
         migrate(settings)
+        if template:
+            fields = json.loads(keys_file(template).read_text())
+            loaded = Loaded(
+                fields["person_key"], uuid.UUID(fields["person_id"]), fields["lister_key"]
+            )
+            return url, drop, loaded, 0.0
         store = open_store(settings)
         assert isinstance(store, SqlStore)
         began = time.monotonic()
         loaded = bulk_load(store, count, about)
         load_seconds = time.monotonic() - began
         settle(store)
-        port = free_port()
-        server = start_server(url, port, workers=1)
-        try:
-            keys = {"person": loaded.person_key, "other_agent": loaded.lister_key}
-            result = measure(
-                f"http://127.0.0.1:{port}",
-                store,
-                server.pid,
-                keys,
-                loaded.person_id,
-                about,
-                clients,
-                baseline,
-            )
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
         store.close()
+        if keep:
+            keep_template(backend, url, keep)
+            fields = {**vars(loaded), "person_id": str(loaded.person_id)}
+            keys_file(keep).write_text(json.dumps(fields))
+        return url, drop, loaded, load_seconds
+    except BaseException:
+        drop()
+        raise
+
+
+def run_backend(
+    backend: str, count: int, about: int, clients: int, baseline: float,
+    template: str | None = None, keep: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    tmp = Path(tempfile.mkdtemp(prefix="mnemos-bench-rights-"))
+    try:
+        url, drop, loaded, load_seconds = load_or_copy(backend, count, about, tmp, template, keep)
+        try:
+            store = open_store(Settings(database_url=url, embedder="none"))
+            assert isinstance(store, SqlStore)
+            port = free_port()
+            server = start_server(url, port, workers=1)
+            try:
+                keys = {"person": loaded.person_key, "other_agent": loaded.lister_key}
+                result = measure(
+                    f"http://127.0.0.1:{port}",
+                    store,
+                    server.pid,
+                    keys,
+                    loaded.person_id,
+                    about,
+                    clients,
+                    baseline,
+                )
+            finally:
+                server.terminate()
+                server.wait(timeout=60)
+            store.close()
+        finally:
+            drop()
         return {
             "backend": backend,
             "memories": count,
+            "template": template,
             "load_seconds": round(load_seconds, 1),
             "workers": 1,
             **result,
         }
     finally:
-        drop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -353,12 +390,27 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="other callers listing")
     parser.add_argument("--baseline-seconds", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--template", action="append", default=[], metavar="BACKEND=DATABASE",
+        help="copy this database (a SQLite file, or a PostgreSQL database on the bench server) "
+        "that a `--keep-template` run loaded with the same --memories and --about",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep-template", action="append", default=[], metavar="BACKEND=DATABASE",
+        help="save the database once loaded as a later run's --template (a 1,000,000-memory "
+        "load takes minutes, a copy seconds)",
+    )  # fmt: skip
     args = parser.parse_args()
+    templates = dict(item.split("=", 1) for item in args.template)
+    keeps = dict(item.split("=", 1) for item in args.keep_template)
     # No embedding worker in the server: it would embed the whole data set during the runs.
     os.environ["MNEMOS_EMBEDDER"] = "none"
     args.out.mkdir(parents=True, exist_ok=True)
     for backend in args.backend or ["sqlite", "postgresql"]:
-        run = run_backend(backend, args.memories, args.about, args.clients, args.baseline_seconds)
+        run = run_backend(
+            backend, args.memories, args.about, args.clients, args.baseline_seconds,
+            templates.get(backend), keeps.get(backend),
+        )  # fmt: skip
         name = f"{backend}-{run['memories']}.json"
         (args.out / name).write_text(json.dumps(run, indent=2) + "\n")
         print(markdown(run), file=sys.stdout)  # noqa: T201

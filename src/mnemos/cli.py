@@ -330,9 +330,9 @@ def export_subject(user_id: uuid.UUID, out: Path, database_url: str | None) -> N
         with shown, partial.open("wb") as file:
             for found, names in rights.export_encoded(ctx):
                 file.writelines(encoded_lines([(found, names)]))
-                exported += len(found.memories)
+                exported += len(found.lines)
                 if shown is bar:
-                    bar.update(len(found.memories))
+                    bar.update(len(found.lines))
             file.flush()
             os.fsync(file.fileno())
         partial.replace(out)

@@ -120,20 +120,20 @@ def ndjson_lines(batches: Iterable[list[Exported]]) -> Iterator[bytes]:
 def encoded_lines(
     batches: Iterable[tuple[EncodedBatch, dict[Owners, dict[str, Any]]]],
 ) -> Iterator[bytes]:
-    """`ndjson_lines` from an export the database encoded: each memory's JSON object with its
-    display names and `"history"` spliced in as bytes (the same lines, field for field)."""
-    names: dict[Owners, bytes] = {}
+    """`ndjson_lines` from an export the database encoded: each memory's JSON object (history
+    included) with its display names spliced in before its closing brace; one chunk per batch,
+    encoded once (the same lines, field for field)."""
+    tails: dict[Owners, str] = {}
     for found, shown in batches:
-        lines = []
-        for owners, memory, history in zip(
-            found.owners, found.memories, found.histories, strict=True
-        ):
-            display = names.get(owners)
-            if display is None:
-                display = names[owners] = b"," + orjson.dumps(shown[owners])[1:-1]
-            lines.append(b"".join((memory[:-1], display, b',"history":', history, b"}")))
-        lines.append(b"")
-        yield b"\n".join(lines)
+        by_key: dict[str, str] = {}
+        for key, owners in found.owners.items():
+            tail = tails.get(owners)
+            if tail is None:
+                tail = tails[owners] = "," + orjson.dumps(shown[owners])[1:-1].decode() + "}"
+            by_key[key] = tail
+        lines = [line[:-1] + by_key[key] for line, key in zip(found.lines, found.keys, strict=True)]
+        lines.append("")
+        yield "\n".join(lines).encode()
 
 
 RIGHTS_THREADS = 2

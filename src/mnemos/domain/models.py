@@ -264,10 +264,11 @@ Owners = tuple[uuid.UUID | None, uuid.UUID | None, uuid.UUID | None]
 @dataclass(frozen=True)
 class EncodedBatch:
     """A batch of an export as the database wrote it (no domain object per memory): per memory,
-    its owners (for display names), the memory's JSON object and its history's JSON array, in
-    the wire form of `Memory` and `Change`; `after` continues the export."""
+    one JSON object, the memory in the wire form of `Memory` with its `"history"` (the wire form
+    of its `Change`s) last, and the key of its owners (for display names); `owners` maps each
+    key of the batch to its subject, source agent and chat room; `after` continues the export."""
 
-    owners: list[Owners]
-    memories: list[bytes]
-    histories: list[bytes]
+    lines: list[str]
+    keys: list[str]
+    owners: dict[str, Owners]
     after: Any

@@ -217,9 +217,9 @@ class RightsStore(Protocol):
     def memories_about_encoded(
         self, subject_id: uuid.UUID, *, after: Any, limit: int
     ) -> EncodedBatch:
-        """`memories_about` for an export, encoded by the database: up to `limit` memories
-        (subject, source agent and room of each; its JSON object; its history's JSON array), in
-        the same order, continuing after the `after` of the previous batch (None: the first)."""
+        """`memories_about` for an export, encoded by the database: up to `limit` memories (each
+        one JSON object with its history, and the key of its owners), in the same order,
+        continuing after the `after` of the previous batch (None: the first)."""
 
     @abc.abstractmethod
     def erase_subject(self, erasure: Erasure) -> int:

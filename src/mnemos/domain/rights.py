@@ -95,13 +95,13 @@ class RightsService:
         shown: dict[Owners, dict[str, Any]] = {}  # few distinct owners: kept for the export
         while True:
             found = self.store.memories_about_encoded(ctx.user.id, after=after, limit=batch)
-            if not found.memories:
+            if not found.lines:
                 return
-            new = set(found.owners).difference(shown)
+            new = set(found.owners.values()).difference(shown)
             if new:
                 shown |= self.human.display_by_owners(ctx, new)
             yield found, shown
-            if len(found.memories) < batch:
+            if len(found.lines) < batch:
                 return
             after = found.after
 

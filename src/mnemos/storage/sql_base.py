@@ -8,7 +8,7 @@ import os
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.dml import Delete, Insert
 
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import ChangedBy, HistoryEvent
@@ -30,11 +30,9 @@ from mnemos.storage.replicas import Replica, ReplicaFailed, ReplicaSet, ReplicaS
 from mnemos.storage.schema import (
     ended_sessions,
     memories,
-    memory_vectors,
     search_pages,
     server_secrets,
     subject_tenants,
-    vector_queue,
 )
 from mnemos.storage.search_plan import TermStats
 
@@ -79,6 +77,18 @@ class _Pin:
             return
         with suppress(Exception):  # a read-only transaction: nothing to lose on a dead replica
             self.stack.__exit__(kind, exc, tb)
+
+
+Keys = dict[uuid.UUID, list[int]]
+"""Memory pks by tenant."""
+
+
+def by_tenant(keys: Iterable[tuple[int, uuid.UUID]]) -> Keys:
+    """(pk, tenant) pairs as pks by tenant."""
+    found: Keys = {}
+    for pk, tenant in keys:
+        found.setdefault(tenant, []).append(pk)
+    return found
 
 
 def driver_connection(conn: Connection) -> Any:
@@ -297,40 +307,31 @@ class SqlBase(abc.ABC):
         here, so an index kept beside `memories` is cleaned up in one place: SQLite's FTS5 by
         its trigger, PostgreSQL's tsvector with the row, the vector queue and vectors by set
         just after (`_forget_vectors`); a new index adds its cleanup here."""
+        statement = memories.delete().where(where)
         if by is None:  # an erasure: no history is kept
-            erased = conn.execute(memories.delete().where(where).returning(M.pk, M.tenant_id))
-            keys = [(row[0], row[1]) for row in erased]
+            count, keys = self._delete_counted(conn, statement)
         else:
-            statement = memories.delete().where(where)
             gone = conn.execute(statement.returning(M.pk, M.tenant_id, M.id, M.subject_id)).all()
             now = utcnow()
             event = HistoryEvent.DELETED
             record(conn, (history_row(t, i, s, event, by, now) for _, t, i, s in gone))
-            keys = [(row[0], row[1]) for row in gone]
+            count, keys = len(gone), by_tenant((row[0], row[1]) for row in gone)
         self._forget_vectors(conn, keys)
-        return len(keys)
+        return count
 
-    KEYS_PER_STATEMENT = 10_000  # SQLite allows 32,766 parameters
+    @abc.abstractmethod
+    def _delete_counted(self, conn: Connection, statement: Delete) -> tuple[int, Keys]:
+        """Run `statement`, a DELETE of memories, for an erasure: how many it deleted, and the
+        keys `_forget_vectors` needs (the deleted memories' pks by tenant; none when the vector
+        rows go with their memories)."""
 
-    def _forget_vectors(self, conn: Connection, keys: list[tuple[int, uuid.UUID]]) -> None:
-        """Delete the queue entries and vectors of deleted memories, by set, after them: on
-        PostgreSQL no foreign key cascades them (migration 0013: a cascade runs once per row),
-        and a vector saved by an embedder that locked the memory before the delete is committed
-        by now (`save_vectors`), so it goes too. `vector_tail` follows `memory_vectors` by its
-        cascade. `keys`: each memory's pk and tenant; deleted tenant by tenant."""
-        by_tenant: dict[uuid.UUID, list[int]] = {}
-        for pk, tenant in keys:
-            by_tenant.setdefault(tenant, []).append(pk)
-        for tenant, pks in sorted(by_tenant.items()):
-            for start in range(0, len(pks), self.KEYS_PER_STATEMENT):
-                batch = pks[start : start + self.KEYS_PER_STATEMENT]
-                for table in (vector_queue, memory_vectors):
-                    keyed = self._keys_in(table.c.memory_pk, batch)
-                    conn.execute(table.delete().where(table.c.tenant_id == tenant, keyed))
-
-    def _keys_in(self, column: sa.Column[Any], keys: list[int]) -> sa.ColumnElement[bool]:
-        """`column IN keys`, as the dialect runs it fastest for thousands of keys."""
-        return column.in_(keys)
+    @abc.abstractmethod
+    def _forget_vectors(self, conn: Connection, keys: Keys) -> None:
+        """Delete the queue entries and vectors of deleted memories (`keys`: pks by tenant), by
+        set, after them. On PostgreSQL no foreign key cascades them (migration 0013: a cascade
+        runs once per row), and a vector saved by an embedder that locked the memory before the
+        delete is committed by now (`save_vectors`), so it goes too; on SQLite (one writer)
+        their foreign keys cascade. `vector_tail` follows `memory_vectors` by its cascade."""
 
     def _vector_owners(
         self,

@@ -96,16 +96,17 @@ def _field(dialect: str, kind: type | None, column: str) -> str:
     return (DIALECTS[dialect][1].get(kind) or _as_is)(column) if kind else column
 
 
-def memory_object(dialect: str, table: str) -> str:
-    """The SQL of a memory's JSON object, fields in `Memory`'s order."""
+def memory_object(dialect: str, table: str, *extra: tuple[str, str]) -> str:
+    """The SQL of a memory's JSON object, fields in `Memory`'s order, then `extra` fields."""
     columns = [
         (name, _field(dialect, kind, f'{table}."{name}"')) for name, kind in _MEMORY_KINDS.items()
     ]
-    return _object(dialect, columns)
+    return _object(dialect, [*columns, *extra])
 
 
 def history_array(dialect: str, table: str) -> str:
-    """The SQL of the JSON array of a memory's changes, oldest first (`change_json`'s form)."""
+    """The SQL of the JSON array of a memory's changes, oldest first (`change_json`'s form), as
+    a JSON value of the dialect (one index range scan of `ix_memory_history_memory`)."""
     change = _object(
         dialect,
         [
@@ -118,14 +119,30 @@ def history_array(dialect: str, table: str) -> str:
     )
     if dialect == "postgresql":
         return (
-            f"(SELECT coalesce(json_agg({change} ORDER BY h.pk), '[]'::json)::text "
+            f"(SELECT coalesce(json_agg({change} ORDER BY h.pk), '[]'::json) "
             f"FROM memory_history h WHERE h.tenant_id = {table}.tenant_id "
             f"AND h.memory_id = {table}.id)"
         )
     # A JSON value loses its JSON type through a subquery's column: json() gives it back.
     return (
-        f"(SELECT json_group_array(json(c)) FROM (SELECT {change} AS c FROM memory_history h "
-        f"WHERE h.tenant_id = {table}.tenant_id AND h.memory_id = {table}.id ORDER BY h.pk))"
+        f"json((SELECT json_group_array(json(c)) FROM (SELECT {change} AS c "
+        f"FROM memory_history h WHERE h.tenant_id = {table}.tenant_id AND h.memory_id = "
+        f"{table}.id ORDER BY h.pk)))"
+    )
+
+
+def line_object(dialect: str, table: str) -> str:
+    """The SQL of one export line as text: the memory's JSON object with its `"history"` last."""
+    line = memory_object(dialect, table, ("history", history_array(dialect, table)))
+    return f"{line}::text" if dialect == "postgresql" else line  # psycopg would decode JSON
+
+
+def owners_key(dialect: str, table: str) -> str:
+    """The SQL of a text naming a memory's source agent and room (its subject is the export's)."""
+    as_text = "::text" if dialect == "postgresql" else ""
+    return (
+        f"coalesce({table}.source_agent_id{as_text}, '') || ' ' || "
+        f"coalesce({table}.chat_room_id{as_text}, '')"
     )
 
 
@@ -133,12 +150,11 @@ _ORDER = "m.scope, m.inserted_at, m.id"
 
 
 def about_statement(dialect: str, *, first: bool) -> sa.TextClause:
-    """One batch of the memories about `:subject`, on the subject index's order (keyset)."""
+    """One batch of the memories about `:subject`, on the subject index's order (keyset): the
+    order's columns, the owners' key and the line."""
     after = "" if first else f"AND ({_ORDER}) > (:after_scope, :after_at, :after_id) "
-    text = "::text" if dialect == "postgresql" else ""  # psycopg would decode JSON
     return sa.text(
-        f"SELECT {_ORDER}, m.subject_id, m.source_agent_id, m.chat_room_id, "
-        f"{memory_object(dialect, 'm')}{text}, {history_array(dialect, 'm')} "
+        f"SELECT {_ORDER}, {owners_key(dialect, 'm')}, {line_object(dialect, 'm')} "
         "FROM memories m WHERE m.tenant_id IN "
         "(SELECT t.tenant_id FROM subject_tenants t WHERE t.subject_id = :subject) "
         f"AND m.subject_id = :subject {after}"
@@ -153,27 +169,18 @@ def read_batch(
     after: Any,
     limit: int,
 ) -> EncodedBatch:
-    """Read one encoded batch; `after` is the previous batch's (None: the first)."""
+    """Read one encoded batch; `after` is the previous batch's (None: the first). Per row, only
+    its line and its owners' key are kept: no value is parsed or built per memory."""
     params: dict[str, Any] = {"subject": subject, "limit": limit}
     if after is not None:
         params |= dict(zip(("after_scope", "after_at", "after_id"), after, strict=True))
     rows = conn.execute(statements[after is None], params).all()
-    ids: dict[Any, uuid.UUID | None] = {None: None}
-    owners: list[Owners] = []
-    memories: list[bytes] = []
-    histories: list[bytes] = []
-    for row in rows:
-        key = []
-        for raw in row[3:6]:
-            if raw not in ids:
-                ids[raw] = raw if isinstance(raw, uuid.UUID) else uuid.UUID(hex=raw)
-            key.append(ids[raw])
-        owners.append((key[0], key[1], key[2]))
-        memories.append(_bytes(row[6]))
-        histories.append(_bytes(row[7]))
+    keys = [row[3] for row in rows]
+    owners = {key: _owners(subject, key) for key in set(keys)}
     last = tuple(rows[-1][:3]) if rows else None
-    return EncodedBatch(owners, memories, histories, last)
+    return EncodedBatch([row[4] for row in rows], keys, owners, last)
 
 
-def _bytes(text: Any) -> bytes:
-    return text.encode() if isinstance(text, str) else bytes(text)
+def _owners(subject: uuid.UUID, key: str) -> Owners:
+    agent, _, room = key.partition(" ")
+    return subject, uuid.UUID(agent) if agent else None, uuid.UUID(room) if room else None

@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.dml import Delete, Insert
 
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
@@ -30,7 +30,12 @@ from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories, memory_vectors
 from mnemos.storage.search_plan import DRIVER_POSTINGS, TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
-from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, EVERY_TENANT, driver_connection
+from mnemos.storage.sql_base import (
+    DEFAULT_SEARCH_BUDGET_MS,
+    EVERY_TENANT,
+    Keys,
+    driver_connection,
+)
 from mnemos.storage.watchdog import Watchdog
 
 BUSY_TIMEOUT_MS = 30_000
@@ -450,6 +455,13 @@ class SqliteStore(SqlStore):
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
+
+    def _delete_counted(self, conn: Connection, statement: Delete) -> tuple[int, Keys]:
+        # The vector tables' foreign keys cascade (`_forget_vectors`): only the count is read.
+        return int(conn.execute(statement).rowcount), {}
+
+    def _forget_vectors(self, conn: Connection, keys: Keys) -> None:  # noqa: ARG002
+        return None  # their foreign keys to `memories` cascade, in the delete's own statement
 
     def integrity_check(self) -> str:
         """SQLite's own verdict on the file ('ok' when sound)."""
