@@ -46,13 +46,22 @@ class GroupCommit:
         self._batch: _Batch | None = None
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
+    def _in_turn(self) -> Iterator[None]:
+        """Wait for this writer's turn, counted among the waiting meanwhile (a batch commits
+        when no one waits for a turn)."""
         with self._counter:
             self._waiting += 1
         self._turn.acquire()
         with self._counter:
             self._waiting -= 1
         try:
+            yield
+        finally:
+            self._turn.release()
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        with self._in_turn():
             batch = self._batch or self._begin()
             batch.size += 1
             savepoint = batch.conn.begin_nested()
@@ -66,8 +75,6 @@ class GroupCommit:
             finally:
                 if self._waiting == 0 or batch.size >= self._max_batch:
                     self._commit(batch)
-        finally:
-            self._turn.release()
         batch.done.wait()
         if batch.error is not None:
             raise batch.error
@@ -77,18 +84,11 @@ class GroupCommit:
         """A write in a transaction of its own, opened by `open_lazy` (one whose COMMIT need
         not reach the disk before it returns), in turn with the others: a batch still open
         (its writers wait for its COMMIT) commits first, so no durable write shares it."""
-        with self._counter:
-            self._waiting += 1
-        self._turn.acquire()
-        with self._counter:
-            self._waiting -= 1
-        try:
+        with self._in_turn():
             if self._batch is not None:
                 self._commit(self._batch)
             with self._open_lazy() as conn:
                 yield conn
-        finally:
-            self._turn.release()
 
     def _begin(self) -> _Batch:
         transaction = ExitStack()
