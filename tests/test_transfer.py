@@ -253,17 +253,21 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transfer_import, "BULK_BATCH_ROWS", 3)
 
 
-@pytest.mark.parametrize("batches", ["whole", "small"])
+@pytest.fixture(params=["whole", "small"])
+def batches(request: pytest.FixtureRequest) -> str:
+    """A test that takes it runs with the fast path's batches as they are, then small."""
+    if request.param == "small":
+        request.getfixturevalue("small_batches")
+    return str(request.param)
+
+
+@pytest.mark.usefixtures("batches")
 def test_a_cut_file_is_refused_and_leaves_nothing(
     client: TestClient,
     world: World,
     database_url: str,
     tmp_path: Path,
-    batches: str,
-    request: pytest.FixtureRequest,
 ) -> None:
-    if batches == "small":
-        request.getfixturevalue("small_batches")
     build(client, world)
     export = dump(database_url)
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
@@ -406,21 +410,17 @@ def _catalog(url: str) -> list[tuple[Any, ...]]:
     return found
 
 
-@pytest.mark.parametrize("batches", ["whole", "small"])
+@pytest.mark.usefixtures("batches")
 def test_the_fast_import_answers_as_a_row_by_row_import(
     client: TestClient,
     world: World,
     database_url: str,
     tmp_path: Path,
-    batches: str,
-    request: pytest.FixtureRequest,
 ) -> None:
     """Into an empty database indexes, keys and the FTS / embedding-queue triggers are set
     aside and rebuilt once (`transfer_bulk.py`), in whole or small batches; `--merge` inserts
     row by row with every trigger firing: both give the same answers, the same derived data,
     the same schema."""
-    if batches == "small":
-        request.getfixturevalue("small_batches")
     people, agents, _ = build(client, world)
     export = dump(database_url)
     backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
