@@ -129,7 +129,7 @@ def _empty_postgres(url: str) -> None:
     engine = sa.create_engine(driver_url(url))
     names = ", ".join(table.name for table in metadata.sorted_tables)
     with engine.begin() as conn:
-        conn.exec_driver_sql(f"TRUNCATE {names} CASCADE")
+        conn.exec_driver_sql(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
     engine.dispose()
 
 

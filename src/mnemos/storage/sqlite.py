@@ -397,7 +397,7 @@ class SqliteStore(SqlStore):
         # before it (`%_idx` lists only the first term starting on each page): a term that looks
         # too common to look up is counted in the index, reading at most DRIVER_POSTINGS + 1
         # entries, and the count (kept like the pages) replaces the estimate when it is smaller.
-        deadline = now + COUNT_BUDGET_SECONDS
+        deadline = time.monotonic() + COUNT_BUDGET_SECONDS  # counting only, as documented
         for index, part in enumerate(search.parts()):
             if postings[index] <= DRIVER_POSTINGS:
                 continue
