@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
 
 from mnemos.domain.accounts import hash_key
+from mnemos.domain.ids import utcnow
 from mnemos.domain.memories import AgentListParams, MemoryService
-from mnemos.domain.models import AgentContext
+from mnemos.domain.models import AgentContext, Scope, Status
 from mnemos.domain.pagination import CursorCodec
 from mnemos.domain.queries import Audience, Filters, MemoryQuery, Order
 from mnemos.domain.recall import Recalled, SearchMode
@@ -18,7 +20,7 @@ from mnemos.domain.search import parse_search
 from mnemos.storage.base import Store
 from tests.api.test_band_agent import listed
 from tests.api.test_band_agent import store as put
-from tests.world import Actor, World
+from tests.world import Actor, World, agent_memory
 
 TEXTS = [
     "green tea in the morning",
@@ -111,3 +113,49 @@ def test_orders_and_stores_refuse_each_other(store: Store) -> None:
         store.list_memories(ranked, limit=1)
     with pytest.raises(ValueError):
         store.rank_memories(replace(ranked, order=Order.NEWEST), limit=1)
+
+
+def test_a_pool_scores_only_the_newest_matches(store: Store, world: World) -> None:
+    """`rank_memories(pool=N)` (a hybrid search's keyword leg) ranks the newest N matches of
+    each audience where the backend cuts a pool (`_cuts_pool`: SQLite, for an audience with a
+    scope token; the cut comes before the filters), else every match."""
+    owner = world.user("Pool", "pooling")
+    agent = world.agent(owner)
+    start = utcnow() - timedelta(hours=1)
+    older = [  # the best matches by far, stored first
+        agent_memory(agent, "tea tea tea tea tea", start + timedelta(seconds=i)) for i in range(3)
+    ]
+    newer = [
+        agent_memory(agent, f"a long note about plants, printers and, once, tea {i}", at)
+        for i, at in enumerate(start + timedelta(minutes=5, seconds=i) for i in range(3))
+    ]
+    archived = agent_memory(agent, "tea", start + timedelta(minutes=9), status=Status.ARCHIVED)
+    unrelated = agent_memory(agent, "coffee", start + timedelta(minutes=10))
+    for batch in (older, newer, [archived, unrelated]):
+        store.replace_memories(agent.tenant, batch, [], batch[0].inserted_at)
+    agent_scope = (Scope.AGENT,)
+    audiences = {
+        "by agent": Audience(
+            source_agent_id=uuid.UUID(agent.id), scopes=agent_scope, tenant_id=agent.tenant
+        ),
+        "by owner": Audience(
+            source_agent_owner_id=uuid.UUID(owner.id), scopes=agent_scope, tenant_id=agent.tenant
+        ),
+    }
+    for audience in audiences.values():
+        query = filters("tea").within((audience,), Order.RELEVANCE)
+        exact = store.rank_memories(query, limit=10)
+        assert [scored.id for scored in exact[:3]] == sorted(
+            (m.id for m in older), reverse=True
+        )  # equal scores: by id, descending
+        assert {scored.id for scored in exact} == {m.id for m in older + newer}
+        pooled = store.rank_memories(query, limit=10, pool=4)
+        scores = [scored.score for scored in pooled]
+        assert scores == sorted(scores, reverse=True)
+        if store._cuts_pool(audience):  # type: ignore[attr-defined]
+            # Cut inside the index, before the filters: the archived one took a place.
+            assert {scored.id for scored in pooled} == {m.id for m in newer}
+        else:
+            assert pooled == exact
+    sqlite = store.__class__.__name__.startswith("Sqlite")
+    assert store._cuts_pool(audiences["by agent"]) is sqlite  # type: ignore[attr-defined]

@@ -847,3 +847,35 @@ def test_keyword_pages_stay_put_while_another_organization_writes(
     )
     served = ids(first) + [memory_id for page in rest for memory_id in page]
     assert sorted(served) == sorted(listed(app_client, writer))
+
+
+def test_hybrid_ranks_words_among_the_newest_matches_only(
+    app_client: TestClient,
+    store: Store,
+    embedder: Embedder,
+    acme: dict[str, Actor],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hybrid search's keyword leg scores the newest `HYBRID_POOL` matches: a memory older
+    than those gets its share of the score from its meaning alone, however well its words match
+    (a keyword search still ranks every match). On SQLite: PostgreSQL scores every match
+    (`_cuts_pool`: there a pool would not shorten the work)."""
+    if not store.__class__.__name__.startswith("Sqlite"):
+        pytest.skip("PostgreSQL scores every match of a hybrid's keyword leg")
+    monkeypatch.setattr(recall, "HYBRID_POOL", 2)
+    writer = acme["writer"]
+    oldest = put(app_client, writer, "Tea, tea and more tea: tea at every meal.")
+    for text in ["Tea once, in a note about the printer.", "A memo that names tea in passing."]:
+        put(app_client, writer, text)
+    drain(store, embedder)
+
+    def scores(body: dict[str, Any]) -> dict[str, float]:
+        return {row["id"]: row["score"] for row in body["data"]}
+
+    assert ids(search(app_client, writer, "tea", mode="keyword"))[0] == oldest
+    meaning = ids(search(app_client, writer, "tea", mode="semantic"))
+    hybrid = scores(search(app_client, writer, "tea"))
+    assert set(hybrid) == set(meaning)
+    assert hybrid[oldest] == pytest.approx(1 / (recall.RRF_K + 1 + meaning.index(oldest)))
+    newer = [memory_id for memory_id in hybrid if memory_id != oldest]
+    assert all(hybrid[memory_id] > 1 / (recall.RRF_K + 3) for memory_id in newer)

@@ -163,10 +163,13 @@ class MemoryStore(Protocol):
         """
 
     @abc.abstractmethod
-    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Scored]:
+    def rank_memories(
+        self, query: MemoryQuery, *, limit: int, pool: int | None = None
+    ) -> Sequence[Scored]:
         """The full-text `Ranker`: the ids of up to `limit` memories matching `query` (which
         must have a search and `Order.RELEVANCE`), best first by `(score, id)`, with their
-        scores, within the search budget.
+        scores, within the search budget. With `pool`, only the newest `pool` matches of each
+        audience are scored (a bound on the work a common word costs).
 
         >>> [r.score for r in store.rank_memories(query, limit=3)]
         [4.2, 1.7, 1.7]

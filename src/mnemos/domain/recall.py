@@ -8,8 +8,10 @@ it in the database). Modes:
   score is `1 / (RRF_K + rank)`, its rank alone (bm25 counts every organization's memories).
 - `semantic`: cosine similarity of the query's embedding to each memory's vector.
 - `hybrid` (default): reciprocal rank fusion of both over the best `HYBRID_DEPTH` of each leg;
-  a memory's score is the sum over legs of `1 / (RRF_K + rank)`. Without an embedder, hybrid
-  is keyword search and says so in `meta`.
+  a memory's score is the sum over legs of `1 / (RRF_K + rank)`. The keyword leg ranks the
+  newest `HYBRID_POOL` matches of each audience (a common word matches a tenth of a million
+  memories; the meaning leg ranks every memory): exact whenever fewer match. Without an
+  embedder, hybrid is keyword search and says so in `meta`.
 
 The first page computes the search's whole ordered answer by id (at most `MAX_DEPTH` memories,
 or `2 * HYBRID_DEPTH` for hybrid), reads the rows of the memories its page returns, and keeps
@@ -52,6 +54,7 @@ log = logging.getLogger("mnemos")
 RRF_K = 60
 MAX_LIMIT = 50
 HYBRID_DEPTH = 100  # each leg of a hybrid search: its answer is at most twice this
+HYBRID_POOL = 500  # a hybrid's keyword leg scores at most this many newest matches per audience
 MAX_DEPTH = 200  # the most a keyword or semantic search answers (hybrid: 2 * HYBRID_DEPTH)
 KEPT_FOR = timedelta(minutes=30)  # how long a search's later pages can be read
 KEPT_PER_CALLER = 100  # answers kept per caller: a newer search drops its oldest kept answer
@@ -157,7 +160,7 @@ class Recall:
         if mode is SearchMode.SEMANTIC:
             return self._nearest(query, probe, depth), None
         by_meaning = self._nearest(query, probe, HYBRID_DEPTH)
-        by_words = self._by_words(query, text, False, HYBRID_DEPTH)
+        by_words = self._by_words(query, text, False, HYBRID_DEPTH, HYBRID_POOL)
         return fuse([by_words, by_meaning], 2 * HYBRID_DEPTH), None
 
     def _later_page(
@@ -227,10 +230,12 @@ class Recall:
             log.warning("hybrid search fell back to keyword: %s", exc)
             return None, exc.code
 
-    def _by_words(self, query: MemoryQuery, text: str, strict: bool, depth: int) -> list[Scored]:
-        """The best `depth` by full-text relevance, in the store's order; each scored by its
-        rank alone, `1 / (RRF_K + rank)` (the store's own score is not shown: SQLite's bm25
-        counts every organization's memories)."""
+    def _by_words(
+        self, query: MemoryQuery, text: str, strict: bool, depth: int, pool: int | None = None
+    ) -> list[Scored]:
+        """The best `depth` by full-text relevance (among the newest `pool` matches, if given),
+        in the store's order; each scored by its rank alone, `1 / (RRF_K + rank)` (the store's
+        own score is not shown: SQLite's bm25 counts every organization's memories)."""
         search = query.search
         if search is None:
             try:
@@ -240,7 +245,7 @@ class Recall:
                     raise
                 return []  # nothing full text can look for (too many words, no letters)
         ranked = replace(query, search=search, order=Order.RELEVANCE)
-        rows = self.store.rank_memories(ranked, limit=depth)
+        rows = self.store.rank_memories(ranked, limit=depth, pool=pool)
         return [Scored(row.id, 1.0 / (RRF_K + rank)) for rank, row in enumerate(rows, 1)]
 
     def _nearest(self, query: MemoryQuery, probe: NDArray[np.float32], limit: int) -> list[Scored]:

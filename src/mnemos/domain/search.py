@@ -93,9 +93,12 @@ class Scored(NamedTuple):
 class Ranker(Protocol):
     """Ranks the memories a query may return, best first."""
 
-    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Scored]:
+    def rank_memories(
+        self, query: MemoryQuery, *, limit: int, pool: int | None = None
+    ) -> Sequence[Scored]:
         """The ids of up to `limit` memories matching `query` (its audiences, filters and
-        search), best first by `(score, id)`, with their scores."""
+        search), best first by `(score, id)`, with their scores; with `pool`, among the newest
+        `pool` matches of each audience only."""
         ...
 
 

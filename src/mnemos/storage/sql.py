@@ -322,28 +322,33 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         return statement
 
     @replica_read
-    def rank_memories(self, query: MemoryQuery, *, limit: int) -> Sequence[Scored]:
+    def rank_memories(
+        self, query: MemoryQuery, *, limit: int, pool: int | None = None
+    ) -> Sequence[Scored]:
         if query.search is None or query.order is not Order.RELEVANCE:
             raise ValueError("rank_memories needs a search in relevance order")
         if not query.audiences:
             return []
         params = self._list_params(query, None)
-        shape = self._shape("rank", query, params)
+        shape = (*self._shape("rank", query, params), pool)
         params["limit"] = limit
         statement = self._statements.get(shape)
         if statement is None:
-            statement = self._ranked_statement(query)
+            statement = self._ranked_statement(query, pool)
             self._remember(shape, statement)
         with self._search_read() as conn, self._search_budget(conn):
             return [Scored(row[1], float(row[0])) for row in conn.execute(statement, params)]
 
-    def _ranked_statement(self, query: MemoryQuery) -> sa.Select[Any]:
-        """`(score, id)` of the best matches: each audience's matches scored, a memory in
-        several audiences counted once, ordered by `(score, id)` descending (the rows of the
-        few a page returns are read after it is cut)."""
-        branches = []
-        for index in range(len(query.audiences)):
-            source, match, score = self._search_rank(sa.bindparam(f"a{index}_search"))
+    def _ranked_statement(self, query: MemoryQuery, pool: int | None) -> sa.Select[Any]:
+        """`(score, id)` of the best matches: each audience's matches (its newest `pool`, where
+        the backend cuts one: `_cuts_pool`) scored, a memory in several audiences counted once,
+        ordered by `(score, id)` descending (the rows of the few a page returns are read after
+        it is cut)."""
+        branches: list[sa.Select[Any]] = []
+        for index, audience in enumerate(query.audiences):
+            param: sa.BindParameter[Any] = sa.bindparam(f"a{index}_search")
+            cut = pool if pool is not None and self._cuts_pool(audience) else None
+            source, match, score = self._search_rank(param, cut)
             branches.append(
                 sa.select(
                     M.tenant_id.label("tenant_id"),

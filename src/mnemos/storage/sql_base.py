@@ -121,17 +121,23 @@ class SqlBase(abc.ABC):
 
     # --- dialect hooks ---------------------------------------------------------------------
 
+    def _cuts_pool(self, audience: Audience) -> bool:  # noqa: ARG002
+        """Whether `_search_rank` scores only a pool of `audience`'s newest matches when asked
+        to (else every match is scored: the pool is a bound on work, not on the answer)."""
+        return False
+
     @abc.abstractmethod
     def _search_clause(self, param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
         """A condition on `memories` that holds when the row matches the search bound to `param`."""
 
     @abc.abstractmethod
     def _search_rank(
-        self, param: sa.BindParameter[Any]
+        self, param: sa.BindParameter[Any], pool: int | None
     ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
         """For a relevance order: what to select from (`memories`, joined to the index if the
         backend needs it), the condition that a row matches the search bound to `param`, and
-        its score there (higher is better)."""
+        its score there (higher is better). With `pool` (only where `_cuts_pool`), only the
+        newest `pool` matches are scored."""
 
     @abc.abstractmethod
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:

@@ -345,14 +345,22 @@ class SqliteStore(SqlStore):
         )
         return memories.c.pk.in_(matches)
 
+    def _cuts_pool(self, audience: Audience) -> bool:
+        # FTS5 walks an audience's matches newest (highest rowid) first and scores only those it
+        # returns, when the MATCH holds the audience (its scope token); without a token, its
+        # matches are every tenant's, and the pool is not cut (every match is scored).
+        return scope_token(audience) is not None
+
     def _search_rank(
-        self, param: sa.BindParameter[Any]
+        self, param: sa.BindParameter[Any], pool: int | None
     ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
         # bm25 works only in a statement that MATCHes the FTS table and nothing else: the
         # matches are scored alone (LIMIT -1 keeps SQLite from flattening them into the join,
         # where bm25 is refused), then joined to their memories. bm25 is lower for better
-        # matches; the scope column (owner tokens, migration 0005) weighs nothing.
+        # matches; the scope column (owner tokens, migration 0005) weighs nothing. A pool is cut
+        # here (`_cuts_pool`), before the filters: they may keep fewer than `pool`.
         index: sa.ColumnClause[Any] = sa.literal_column("memories_fts")
+        rowid: sa.ColumnClause[Any] = sa.literal_column("rowid")
         hits = (
             sa.select(
                 sa.literal_column("rowid").label("pk"),
@@ -362,7 +370,8 @@ class SqliteStore(SqlStore):
             )
             .select_from(sa.table("memories_fts"))
             .where(index.op("MATCH")(param))
-            .limit(sa.literal_column("-1"))
+            .order_by(rowid.desc() if pool else None)
+            .limit(sa.literal_column(str(pool or -1)))
             .subquery("hits")
         )
         source = memories.join(hits, hits.c.pk == memories.c.pk)
