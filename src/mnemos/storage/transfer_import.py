@@ -16,7 +16,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.engine import Connection
 
 from mnemos.domain.tenants import UNKNOWN
 from mnemos.storage.schema import MEMORY_SIDE, metadata
@@ -36,7 +36,6 @@ from mnemos.storage.transfer import (
 )
 from mnemos.storage.transfer_bulk import BATCH_ROWS as BULK_BATCH_ROWS
 from mnemos.storage.transfer_bulk import Loader, bad_data_errors, bulk_load, refusal
-from mnemos.storage.transfer_pipe import made_aside
 from mnemos.storage.transfer_values import tuples
 
 
@@ -82,19 +81,13 @@ def _surrogate_key(table: sa.Table) -> str | None:
     return None if referenced else key.name
 
 
-def _table(name: str) -> sa.Table:
-    """The target's table a file's rows name, or a refusal."""
+def _target(conn: Connection, name: str, merge: bool) -> _Target:
     table = metadata.tables.get(name)
     if table is None or name in SKIPPED_TABLES:
         raise TransferError(
             f"The file holds table {name!r}, which this Mnemos does not know: upgrade Mnemos",
             {"table": name},
         )
-    return table
-
-
-def _target(conn: Connection, name: str, merge: bool) -> _Target:
-    table = _table(name)
     decoders = [
         (column.name, decode) for column in table.columns if (decode := decoder(column)) is not None
     ]
@@ -170,7 +163,7 @@ def import_database(
                     {"tables": occupied},
                 )
             if merge:
-                targets, old = _merge(conn, stream, summary, progress)
+                targets, old = _load(conn, stream, summary, progress, None)
             else:
                 names = [str(table.name) for table in exported_tables()]
                 with bulk_load(conn, names) as loader, _collector_paused():
@@ -195,84 +188,37 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _batches(
-    stream: Iterator[bytes], progress: Progress, size: int
-) -> Iterator[tuple[str, int, list[dict[str, Any]], bool]]:
-    """The file's rows a batch at a time: (table, its first line, rows, whether a row came
-    without its tenant: a file from before revision 0018). A batch holds one table's rows."""
+def _load(
+    conn: Connection,
+    stream: Iterator[bytes],
+    summary: Summary,
+    progress: Progress,
+    loader: Loader | None,
+) -> tuple[dict[str, _Target], bool]:
+    """Every row of the file into its table, a batch at a time: through `loader` into an empty
+    database, else merged (`loader` None). True with them if a row came without its tenant (a
+    file from before revision 0018)."""
+    targets: dict[str, _Target] = {}
     batch: list[dict[str, Any]] = []
     current: str | None = None
     first = 0
     old = False
+    size = BATCH_ROWS if loader is None else BULK_BATCH_ROWS
     for number, name, row in _records(stream, progress):
-        if name in MEMORY_SIDE and "tenant_id" not in row:
+        if name in MEMORY_SIDE and "tenant_id" not in row:  # a file from before revision 0018
             row["tenant_id"] = UNNAMED
             old = True
         if name != current or len(batch) >= size:
             if current is not None:
-                yield current, first, batch, old
-            current, batch, first, old = name, [], number, False
+                _flush(conn, targets[current], batch, first, summary, loader)
+            if loader is not None and name != current:
+                loader.finish()  # the table's last rows are in (the next may replace rows)
+            if name not in targets:
+                targets[name] = _target(conn, name, loader is None)
+            current, batch, first = name, [], number
         batch.append(row)
     if current is not None:
-        yield current, first, batch, old
-
-
-@dataclass
-class _Prepared:
-    """A batch of one table's rows as the driver takes them (`tuples`), and the bytes of the
-    file read for it (progress)."""
-
-    table: str
-    first_line: int
-    keys: list[str]
-    values: list[tuple[Any, ...]]
-    old: bool
-    read: int
-
-
-def _prepared(stream: Iterator[bytes], dialect: Dialect) -> Iterator[_Prepared]:
-    """Every batch of the file read, parsed and checked: the half of an import into an empty
-    database that needs no database (it runs in a process of its own, `transfer_pipe`)."""
-    read = [0]
-
-    def count(size: int) -> None:
-        read[0] += size
-
-    for name, first, rows, old in _batches(stream, count, BULK_BATCH_ROWS):
-        keys, values = tuples(_table(name), rows, first, dialect)
-        yield _Prepared(name, first, keys, values, old, read[0])
-        read[0] = 0
-
-
-def _load(
-    conn: Connection, stream: Iterator[bytes], summary: Summary, progress: Progress, loader: Loader
-) -> tuple[dict[str, _Target], bool]:
-    """Every row of the file into its empty table through `loader`, the file read and checked
-    by another process meanwhile. True with the targets if a row came without its tenant."""
-    targets: dict[str, _Target] = {}
-    old = False
-    for batch in made_aside(lambda: _prepared(stream, conn.dialect)):
-        if batch.table not in targets:
-            loader.finish()  # the last table's rows are in (the next may replace rows)
-            targets[batch.table] = _target(conn, batch.table, False)
-        loader.write_values(targets[batch.table].table, batch.keys, batch.values, batch.first_line)
-        summary.rows[batch.table] = summary.rows.get(batch.table, 0) + len(batch.values)
-        old = old or batch.old
-        progress(batch.read)
-    return targets, old
-
-
-def _merge(
-    conn: Connection, stream: Iterator[bytes], summary: Summary, progress: Progress
-) -> tuple[dict[str, _Target], bool]:
-    """Every row of the file merged into what the target holds, a batch at a time."""
-    targets: dict[str, _Target] = {}
-    old = False
-    for name, first, rows, batch_old in _batches(stream, progress, BATCH_ROWS):
-        if name not in targets:
-            targets[name] = _target(conn, name, True)
-        _flush(conn, targets[name], rows, first, summary)
-        old = old or batch_old
+        _flush(conn, targets[current], batch, first, summary, loader)
     return targets, old
 
 
@@ -286,8 +232,15 @@ def _flush(
     batch: list[dict[str, Any]],
     first_line: int,
     summary: Summary,
+    loader: Loader | None,
 ) -> None:
+    if not batch:
+        return
     name = str(target.table.name)
+    if loader is not None:  # which checks the columns itself
+        loader.write(target.table, batch, first_line)
+        summary.rows[name] = summary.rows.get(name, 0) + len(batch)
+        return
     unknown = set().union(*(row.keys() for row in batch)) - set(target.table.columns.keys())
     if unknown:
         raise TransferError(
