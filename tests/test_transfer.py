@@ -479,6 +479,7 @@ BAD_VALUES = [
     ("memories", "status", "bogus"),  # every list that holds it would answer 500
     ("memories", "scope", "universe"),
     ("memory_history", "event", "exploded"),  # the memory's history would answer 500
+    ("agents", "owner_id", "00000000-0000-4000-8000-000000000001"),  # a parent that never comes
 ]
 
 
@@ -556,6 +557,28 @@ def test_a_row_postgresql_refuses_is_named_by_its_line(
         assert refused.value.details is not None
         assert refused.value.details["line"] == numbers[7]
         assert refused.value.details["table"] == "memories"
+
+
+@pytest.mark.usefixtures("batches")
+def test_rows_before_their_parents_import_alike_on_both_backends(
+    client: TestClient, world: World, database_url: str, tmp_path: Path
+) -> None:
+    """An import into an empty database checks each row's parents once every row is in, on
+    SQLite as on PostgreSQL: the tables in the file's reverse order (children first) load."""
+    build(client, world)
+    export = dump(database_url)
+    lines = export.splitlines()
+    tables = list(dict.fromkeys(orjson.loads(line)["t"] for line in lines[1:-1]))
+    children_first = [
+        line
+        for table in reversed(tables)
+        for line in lines[1:-1]
+        if orjson.loads(line)["t"] == table
+    ]
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "reversed") as target:
+        import_database(target, [line + b"\n" for line in [lines[0], *children_first, lines[-1]]])
+        assert rows_of(dump(target)) == rows_of(export)
 
 
 @pytest.mark.parametrize(

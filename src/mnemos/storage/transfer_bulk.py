@@ -208,12 +208,15 @@ def bulk_load(conn: Connection, tables: list[str]) -> Iterator[Loader]:
             conn.exec_driver_sql(statement)
         except errors as exc:
             raise refusal(exc, None) from None
+    if conn.dialect.name == "sqlite":
+        _check_parents(conn, tables)
 
 
 def _sqlite_aside(conn: Connection) -> list[str]:
     """SQLite: drop every named index and the replayed triggers; return what restores them.
     (A unique constraint's own index stays: SQLite cannot drop it.)"""
     conn.exec_driver_sql(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
+    conn.exec_driver_sql("PRAGMA defer_foreign_keys = ON")  # until the commit: `_check_parents`
     saved = conn.exec_driver_sql(
         "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND "
         f"(type = 'index' OR (type = 'trigger' AND name IN ({', '.join('?' * len(REPLAYED))})))",
@@ -223,6 +226,27 @@ def _sqlite_aside(conn: Connection) -> list[str]:
         conn.exec_driver_sql(f'DROP {kind.upper()} "{name}"')
     replays = [REPLAYED[name] for kind, name, _ in saved if kind == "trigger"]
     return [*replays, *(sql for _, _, sql in saved)]
+
+
+def _check_parents(conn: Connection, tables: list[str]) -> None:
+    """SQLite: every loaded row's parents are there, whatever the order of the file's lines.
+    The foreign keys were deferred for the load, as PostgreSQL's are dropped and added back
+    (which checks them then): a child row may come before its parent on both backends, and a
+    row whose parent never comes is refused on both, here rather than by the commit."""
+    children = conn.exec_driver_sql(
+        "SELECT DISTINCT m.name FROM sqlite_master m, pragma_foreign_key_list(m.name) "
+        "WHERE m.type = 'table'"
+    ).scalars()
+    for child in sorted(set(children) & set(tables)):
+        missing = conn.exec_driver_sql(f'PRAGMA foreign_key_check("{child}")').first()
+        if missing is None:
+            continue
+        table, parent = str(missing[0]), str(missing[2])
+        raise TransferError(
+            f"The target refused a row of {table!r}: its parent in {parent!r} is missing; "
+            "nothing imported",
+            {"table": table, "parent": parent},
+        )
 
 
 def _postgres_aside(conn: Connection, tables: list[str]) -> list[str]:
