@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from mnemos.domain.accounts import hash_key
 from mnemos.domain.ids import utcnow
 from mnemos.domain.memories import AgentListParams, MemoryService
-from mnemos.domain.models import AgentContext, Scope, Status
+from mnemos.domain.models import AgentContext, Memory, Scope, Status
 from mnemos.domain.pagination import CursorCodec
 from mnemos.domain.queries import Audience, Filters, MemoryQuery, Order
 from mnemos.domain.recall import Recalled, SearchMode
@@ -117,8 +117,9 @@ def test_orders_and_stores_refuse_each_other(store: Store) -> None:
 
 def test_a_pool_scores_only_the_newest_matches(store: Store, world: World) -> None:
     """`rank_memories(pool=N)` (a hybrid search's keyword leg) ranks the newest N matches of
-    each audience where the backend cuts a pool (`_cuts_pool`: SQLite, for an audience with a
-    scope token; the cut comes before the filters), else every match."""
+    each audience where the backend cuts a pool (`_cuts_pool`: SQLite, on an agent's, room's or
+    organization's scope token; the cut comes before the filters), else every match; and every
+    match whenever the pool leaves fewer than `limit`."""
     owner = world.user("Pool", "pooling")
     agent = world.agent(owner)
     start = utcnow() - timedelta(hours=1)
@@ -149,13 +150,74 @@ def test_a_pool_scores_only_the_newest_matches(store: Store, world: World) -> No
             (m.id for m in older), reverse=True
         )  # equal scores: by id, descending
         assert {scored.id for scored in exact} == {m.id for m in older + newer}
-        pooled = store.rank_memories(query, limit=10, pool=4)
+        pooled = store.rank_memories(query, limit=3, pool=4)
         scores = [scored.score for scored in pooled]
         assert scores == sorted(scores, reverse=True)
         if store._cuts_pool(audience):  # type: ignore[attr-defined]
             # Cut inside the index, before the filters: the archived one took a place.
             assert {scored.id for scored in pooled} == {m.id for m in newer}
         else:
-            assert pooled == exact
+            assert pooled == exact[:3]
+        # Fewer than `limit` in the pool after the filters: every match is scored.
+        assert store.rank_memories(query, limit=4, pool=4) == exact[:4]
     sqlite = store.__class__.__name__.startswith("Sqlite")
     assert store._cuts_pool(audiences["by agent"]) is sqlite  # type: ignore[attr-defined]
+
+
+def subject_memory(agent: Actor, text: str, at: datetime, subject: Actor) -> Memory:
+    assert agent.organization_id is not None
+    return agent_memory(
+        agent,
+        text,
+        at,
+        scope=Scope.SUBJECT,
+        subject_id=uuid.UUID(subject.id),
+        organization_id=uuid.UUID(agent.organization_id),
+    )
+
+
+def test_another_tenants_memories_about_a_person_fill_no_pool(store: Store, world: World) -> None:
+    """A subject's scope token is carried by every tenant's memories about the person: an
+    audience narrowest by subject is never cut, or organization B writing about the person
+    would push organization A's matches out of A's pool (review of the pool, finding 1)."""
+    person = world.user("Subject", "elsewhere")
+    ours = world.agent(world.user("Alice", "org-a"))
+    theirs = world.agent(world.user("Bob", "org-b"))
+    start = utcnow() - timedelta(hours=1)
+    mine = subject_memory(ours, "tea with the subject", start, person)
+    store.replace_memories(ours.tenant, [mine], [], mine.inserted_at)
+    newer = [
+        subject_memory(theirs, f"tea again {i}", start + timedelta(minutes=1 + i), person)
+        for i in range(3)
+    ]
+    store.replace_memories(theirs.tenant, newer, [], newer[0].inserted_at)
+    assert ours.organization_id is not None
+    org = uuid.UUID(ours.organization_id)
+    # As `visibility.agent_list` builds it for memory_scope=org&scope=subject&subject_id=...
+    audience = Audience(
+        organization_id=org, scopes=(Scope.SUBJECT,), subject_id=uuid.UUID(person.id), tenant_id=org
+    )
+    query = filters("tea").within((audience,), Order.RELEVANCE)
+    assert store._cuts_pool(audience) is False  # type: ignore[attr-defined]
+    assert [s.id for s in store.rank_memories(query, limit=1, pool=2)] == [mine.id]
+
+
+def test_an_audiences_scopes_do_not_empty_its_pool(store: Store, world: World) -> None:
+    """An organization-scope audience is cut on the organization's token, which its subject
+    memories carry too: when newer subject memories fill the pool, every match is scored."""
+    owner = world.user("Writer", "org-c")
+    agent = world.agent(owner)
+    assert agent.organization_id is not None
+    org = uuid.UUID(agent.organization_id)
+    start = utcnow() - timedelta(hours=1)
+    shared = agent_memory(
+        agent, "tea for everyone", start, scope=Scope.ORGANIZATION, organization_id=org
+    )
+    about = [
+        subject_memory(agent, f"tea {i}", start + timedelta(minutes=1 + i), owner) for i in range(3)
+    ]
+    for batch in ([shared], about):
+        store.replace_memories(agent.tenant, batch, [], batch[0].inserted_at)
+    audience = Audience(organization_id=org, scopes=(Scope.ORGANIZATION,), tenant_id=org)
+    query = filters("tea").within((audience,), Order.RELEVANCE)
+    assert [s.id for s in store.rank_memories(query, limit=1, pool=2)] == [shared.id]

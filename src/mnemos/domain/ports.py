@@ -168,8 +168,9 @@ class MemoryStore(Protocol):
     ) -> Sequence[Scored]:
         """The full-text `Ranker`: the ids of up to `limit` memories matching `query` (which
         must have a search and `Order.RELEVANCE`), best first by `(score, id)`, with their
-        scores, within the search budget. With `pool`, only the newest `pool` matches of each
-        audience are scored (a bound on the work a common word costs).
+        scores, within the search budget. With `pool`, the store may score only the newest
+        `pool` matches of each audience (a bound on the work a common word costs), but answers
+        `limit` whenever that many match.
 
         >>> [r.score for r in store.rank_memories(query, limit=3)]
         [4.2, 1.7, 1.7]

@@ -8,10 +8,11 @@ it in the database). Modes:
   score is `1 / (RRF_K + rank)`, its rank alone (bm25 counts every organization's memories).
 - `semantic`: cosine similarity of the query's embedding to each memory's vector.
 - `hybrid` (default): reciprocal rank fusion of both over the best `HYBRID_DEPTH` of each leg;
-  a memory's score is the sum over legs of `1 / (RRF_K + rank)`. The keyword leg ranks the
-  newest `HYBRID_POOL` matches of each audience (a common word matches a tenth of a million
-  memories; the meaning leg ranks every memory): exact whenever fewer match. Without an
-  embedder, hybrid is keyword search and says so in `meta`.
+  a memory's score is the sum over legs of `1 / (RRF_K + rank)`. The keyword leg may rank only
+  the newest `HYBRID_POOL` matches of each audience (a common word matches a tenth of a million
+  memories; the meaning leg ranks every memory), never fewer than its `HYBRID_DEPTH` when more
+  match (`Store.rank_memories`). Without an embedder, hybrid is keyword search and says so in
+  `meta`.
 
 The first page computes the search's whole ordered answer by id (at most `MAX_DEPTH` memories,
 or `2 * HYBRID_DEPTH` for hybrid), reads the rows of the memories its page returns, and keeps

@@ -329,15 +329,28 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             raise ValueError("rank_memories needs a search in relevance order")
         if not query.audiences:
             return []
+        if pool is not None and not any(self._cuts_pool(a) for a in query.audiences):
+            pool = None
         params = self._list_params(query, None)
-        shape = (*self._shape("rank", query, params), pool)
         params["limit"] = limit
+        with self._search_read() as conn, self._search_budget(conn):
+            found = self._ranked(conn, query, params, pool)
+            # A pool is cut on the owner's index entries, before the audience's other
+            # conditions (its scopes, a second owner) and the filters: where they leave fewer
+            # than `limit`, every match is scored, so a pool never shortens an answer.
+            if pool is not None and len(found) < limit:
+                found = self._ranked(conn, query, params, None)
+            return found
+
+    def _ranked(
+        self, conn: Connection, query: MemoryQuery, params: dict[str, Any], pool: int | None
+    ) -> list[Scored]:
+        shape = (*self._shape("rank", query, params), pool)
         statement = self._statements.get(shape)
         if statement is None:
             statement = self._ranked_statement(query, pool)
             self._remember(shape, statement)
-        with self._search_read() as conn, self._search_budget(conn):
-            return [Scored(row[1], float(row[0])) for row in conn.execute(statement, params)]
+        return [Scored(row[1], float(row[0])) for row in conn.execute(statement, params)]
 
     def _ranked_statement(self, query: MemoryQuery, pool: int | None) -> sa.Select[Any]:
         """`(score, id)` of the best matches: each audience's matches (its newest `pool`, where

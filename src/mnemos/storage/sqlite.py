@@ -69,13 +69,20 @@ Migrations 0005 (triggers) and 0008 (refill) wrote it out in SQL before this con
 scope tokens takes its SQL from `scope_tokens_sql`."""
 
 
+def scope_column(audience: Audience) -> str | None:
+    """The narrowest owner column an audience pins that has a scope token (`SCOPE_TOKENS`)."""
+    for column, _ in SCOPE_TOKENS:
+        if getattr(audience, column) is not None:
+            return column
+    return None
+
+
 def scope_token(audience: Audience) -> str | None:
     """The FTS token of the narrowest owner an audience pins (see `SCOPE_TOKENS`)."""
-    for column, prefix in SCOPE_TOKENS:
-        value = getattr(audience, column)
-        if value is not None:
-            return str(prefix + value.hex)
-    return None
+    column = scope_column(audience)
+    if column is None:
+        return None
+    return str(dict(SCOPE_TOKENS)[column] + getattr(audience, column).hex)
 
 
 def scope_tokens_sql(row: str) -> str:
@@ -346,10 +353,14 @@ class SqliteStore(SqlStore):
         return memories.c.pk.in_(matches)
 
     def _cuts_pool(self, audience: Audience) -> bool:
-        # FTS5 walks an audience's matches newest (highest rowid) first and scores only those it
-        # returns, when the MATCH holds the audience (its scope token); without a token, its
-        # matches are every tenant's, and the pool is not cut (every match is scored).
-        return scope_token(audience) is not None
+        # FTS5 walks a MATCH's entries newest (highest rowid) first and scores only those it
+        # returns: the pool is cut on the audience's scope token, where every entry is of the
+        # audience's own tenant (an agent's, a room's, an organization's). A subject's token is
+        # carried by every tenant's memories about the person, and without a token the
+        # entries are every tenant's: another tenant's writes would fill the pool, so every
+        # match is scored there. The audience's other conditions apply after the cut
+        # (`SqlStore.rank_memories` scores every match when they leave too few).
+        return scope_column(audience) not in (None, "subject_id")
 
     def _search_rank(
         self, param: sa.BindParameter[Any], pool: int | None
