@@ -105,6 +105,9 @@ def test_integer_products_keep_the_float_model_s_answers(
     (cached,) = tmp_path.iterdir()
     assert derived_model(_weights(), WEIGHTS_SHA256, tmp_path) == str(cached)
     assert cached.read_bytes() == derived
+    cached.write_bytes(derived[:-1] + b"\0")  # changed in the cache: never run, derived again
+    assert derived_model(_weights(), WEIGHTS_SHA256, tmp_path) == derived
+    assert cached.read_bytes() == derived
     texts = [text for pair in PARAPHRASES for text in pair] + ["a much longer text " * 20]
     floats = LocalEmbedder(threads=1)
     floats._session = _session(_weights(), 1)  # the packaged file: float32 products

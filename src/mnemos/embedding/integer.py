@@ -21,6 +21,7 @@ the file is written once per machine into the cache directory and loaded from th
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -33,6 +34,9 @@ log = logging.getLogger("mnemos")
 
 RECIPE = 1
 """Bump whenever `derive` would write other bytes (the cached file's name carries it)."""
+DERIVED_SHA256 = "c9514cf3e1eae9ce5454e4bf964a5e33b73ca1dbcb84c3429a3a1f425fa36024"
+"""What `derive` makes of the pinned weights (onnx 1.23): a kept file is loaded only if it
+hashes to this, so a file changed in the cache directory is derived again, never run."""
 NBITS_BLOCK = 32
 
 
@@ -48,8 +52,15 @@ def derived_model(source: Path, source_sha256: str, cache_dir: Path | None) -> s
     name = f"minilm-int8-products-{source_sha256[:16]}-r{RECIPE}.onnx"
     cached = cache_dir / name if cache_dir is not None else None
     if cached is not None and cached.is_file():
-        return str(cached)
+        if hashlib.sha256(cached.read_bytes()).hexdigest() == DERIVED_SHA256:
+            return str(cached)
+        log.warning("the kept embedding model %s is not the expected file: deriving it", cached)
     model = derive(source)
+    if hashlib.sha256(model).hexdigest() != DERIVED_SHA256:
+        # Another onnx version may write the same model in other bytes: use it, keep nothing
+        # (a kept file must hash to the pin).
+        log.warning("the derived embedding model differs from the measured one (onnx version)")
+        return model
     if cached is not None:
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
