@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import string
@@ -115,19 +116,35 @@ def test_integer_products_keep_the_float_model_s_answers(
     assert cosines.min() > 0.99, cosines
 
 
+def _cpu_ticks_of_other_threads(embedder: LocalEmbedder, texts: list[str]) -> int:
+    """CPU clock ticks the process's other threads spent while this thread embedded `texts`."""
+    tasks, me = Path("/proc/self/task"), str(threading.get_native_id())
+
+    def ticks() -> dict[str, int]:
+        found = {}
+        for tid in os.listdir(tasks):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                fields = (tasks / tid / "stat").read_text().rsplit(")", 1)[1].split()
+                found[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+        return found
+
+    before = ticks()
+    embedder.embed(texts)
+    after = ticks()
+    return sum(n - before.get(tid, 0) for tid, n in after.items() if tid != me)
+
+
 def test_the_worker_s_embedder_runs_on_the_calling_thread_only(local: LocalEmbedder) -> None:
-    """The embedding worker's model starts no onnxruntime pool thread, so the worker's nice
-    value covers its work; the requests' model (2 threads) has a pool thread of its own."""
-    tasks = Path("/proc/self/task")
-    if not tasks.is_dir():
+    """The embedding worker's model does all its work on the calling (niced) thread; the
+    requests' two-thread model, which the worker shared before, works on a pool thread too."""
+    if not Path("/proc/self/task").is_dir():
         pytest.skip("needs Linux /proc")
-    before = set(os.listdir(tasks))
     single = worker_embedder(local)()
-    single.embed(["a stored memory to embed"] * 3)
-    assert set(os.listdir(tasks)) == before
     assert single is worker_embedder(local)() and single is not local  # built once
     np.testing.assert_allclose(single.embed(["aisle"]), local.embed(["aisle"]), atol=1e-5)
-    assert LocalEmbedder(threads=2) and len(os.listdir(tasks)) > len(before)
+    texts = [f"{memory} ({i})" for i in range(12) for _, memory in PARAPHRASES]
+    assert _cpu_ticks_of_other_threads(single, texts) <= 2
+    assert _cpu_ticks_of_other_threads(local, texts) > 2
 
 
 def test_local_starts_without_the_network(tmp_path: Path) -> None:
