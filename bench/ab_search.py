@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from bench import vectors
-from bench.run import database
+from bench.run import bench_port, database
 
 PREPARE = """
 import json, sys
@@ -88,7 +88,7 @@ def run(backend: str, template: str, sides: dict[str, Path], requests: int) -> d
                 text=True,
             )
             key = json.loads(prepared.stdout.strip().splitlines()[-1])["key"]
-            port = 19100 + os.getpid() % 500 + index
+            port = bench_port(19100 + os.getpid() % 500) + index
             env = {**side_env(tree), "MNEMOS_DATABASE_URL": url}
             env["MNEMOS_RATE_LIMIT_PER_MINUTE"] = "0"
             servers.append(

@@ -118,6 +118,8 @@ def semantic_direct(memories: list[str]) -> Callable[[str], list[str]]:
 
 
 def free_port() -> int:
+    if os.environ.get("MNEMOS_BENCH_PORT"):
+        return int(os.environ["MNEMOS_BENCH_PORT"])
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

@@ -396,6 +396,12 @@ def settle(store: SqlStore) -> None:
         conn.exec_driver_sql("ANALYZE")
 
 
+def bench_port(default: int) -> int:
+    """`MNEMOS_BENCH_PORT` when set (a helper's own port range on a shared machine), else
+    `default`; a run needing several ports counts up from it."""
+    return int(os.environ.get("MNEMOS_BENCH_PORT") or default)
+
+
 def run_backend(backend: str, count: int, options: Options) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-bench-"))
     url, drop = database(backend, tmp, options.template)
@@ -418,7 +424,7 @@ def run_backend(backend: str, count: int, options: Options) -> dict[str, Any]:
         if options.suite == "vectors":
             filled = vectors.fill(store, data)
             settle(store)
-        port = 18000 + os.getpid() % 1000
+        port = bench_port(18000 + os.getpid() % 1000)
         # The keyword rows measure a keyword-only deployment, as their targets were set: with the
         # default local embedder the server would spend the run embedding the loaded memories
         # (the vectors suite fills them first and measures with the embedder on).

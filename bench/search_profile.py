@@ -10,6 +10,11 @@ filled with the bench's synthetic vectors (`bench.vectors.fill`), then each sear
 `bench.run --suite vectors` is asked `--requests` times through the app in process
 (`fastapi.testclient`); every step is timed by wrapping the store's and embedder's methods.
 Medians and p95 per step, in milliseconds.
+
+In process, the test client's own hand-offs are in "rest" (its `/healthz` alone took 7.6 ms
+here) and a step may include waiting for the interpreter lock (`agent_by_key` alone: 0.28 ms
+against 3.1 in a request): for the request path's real cost, measure a server over HTTP
+(bench/results/2026-12-02/vectors-5, `request-path-*.txt`).
 """
 
 from __future__ import annotations

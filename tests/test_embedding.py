@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import string
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,8 +23,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from mnemos.config import Settings
-from mnemos.embedding import embedder_from_settings, load_embedder
-from mnemos.embedding.local import LocalEmbedder
+from mnemos.embedding import embedder_from_settings, load_embedder, worker_embedder
+from mnemos.embedding.integer import derive, derived_model
+from mnemos.embedding.local import WEIGHTS_SHA256, LocalEmbedder, _session, _weights
 from mnemos.embedding.remote import EndpointEmbedder, endpoint_url
 from mnemos.embedding.wordpiece import WordPiece
 from mnemos.errors import EmbedderUnavailable
@@ -58,7 +61,7 @@ def test_local_vectors_have_the_port_shape_and_are_normalised(local: LocalEmbedd
     assert vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert local.embed([]).shape == (0, 384)
-    assert local.model == "all-MiniLM-L6-v2-int8"
+    assert local.model == "all-MiniLM-L6-v2-int8-products"
 
 
 def test_local_vectors_do_not_depend_on_batch_or_order(local: LocalEmbedder) -> None:
@@ -86,8 +89,67 @@ def test_local_is_shared_safely_by_threads(local: LocalEmbedder) -> None:
     np.testing.assert_allclose(np.vstack(results), expected, atol=1e-5)
 
 
-def test_local_starts_without_the_network() -> None:
-    """In a fresh interpreter whose sockets refuse to connect, the model loads and embeds."""
+def test_integer_products_keep_the_float_model_s_answers(
+    local: LocalEmbedder, tmp_path: Path
+) -> None:
+    """The derived model runs every weight product on integer kernels, is the same bytes each
+    time, is cached, and embeds within a cosine of 0.99 of the packaged float-product model."""
+    derived = derive(_weights())
+    assert derived == derive(_weights())  # deterministic
+    import onnx
+
+    ops = Counter(node.op_type for node in onnx.load_from_string(derived).graph.node)
+    # Per layer: the attention's 4 projections and the first feed-forward layer, the second;
+    # only the attention's two products of activations stay in float.
+    assert (ops["DynamicQuantizeMatMul"], ops["MatMulNBits"], ops["MatMul"]) == (30, 6, 12)
+    assert derived_model(_weights(), WEIGHTS_SHA256, tmp_path) == derived  # derived, then kept
+    (cached,) = tmp_path.iterdir()
+    assert derived_model(_weights(), WEIGHTS_SHA256, tmp_path) == str(cached)
+    assert cached.read_bytes() == derived
+    cached.write_bytes(derived[:-1] + b"\0")  # changed in the cache: never run, derived again
+    assert derived_model(_weights(), WEIGHTS_SHA256, tmp_path) == derived
+    assert cached.read_bytes() == derived
+    texts = [text for pair in PARAPHRASES for text in pair] + ["a much longer text " * 20]
+    floats = LocalEmbedder(threads=1)
+    floats._session = _session(_weights(), 1)  # the packaged file: float32 products
+    cosines = (floats.embed(texts) * local.embed(texts)).sum(axis=1)
+    assert cosines.min() > 0.99, cosines
+
+
+def _cpu_ticks_of_other_threads(embedder: LocalEmbedder, texts: list[str]) -> int:
+    """CPU clock ticks the process's other threads spent while this thread embedded `texts`."""
+    tasks, me = Path("/proc/self/task"), str(threading.get_native_id())
+
+    def ticks() -> dict[str, int]:
+        found = {}
+        for tid in os.listdir(tasks):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                fields = (tasks / tid / "stat").read_text().rsplit(")", 1)[1].split()
+                found[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+        return found
+
+    before = ticks()
+    embedder.embed(texts)
+    after = ticks()
+    return sum(n - before.get(tid, 0) for tid, n in after.items() if tid != me)
+
+
+def test_the_worker_s_embedder_runs_on_the_calling_thread_only(local: LocalEmbedder) -> None:
+    """The embedding worker's model does all its work on the calling (niced) thread; the
+    requests' two-thread model, which the worker shared before, works on a pool thread too."""
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("needs Linux /proc")
+    single = worker_embedder(local)()
+    assert single is worker_embedder(local)() and single is not local  # built once
+    np.testing.assert_allclose(single.embed(["aisle"]), local.embed(["aisle"]), atol=1e-5)
+    texts = [f"{memory} ({i})" for i in range(12) for _, memory in PARAPHRASES]
+    assert _cpu_ticks_of_other_threads(single, texts) <= 2
+    assert _cpu_ticks_of_other_threads(local, texts) > 2
+
+
+def test_local_starts_without_the_network(tmp_path: Path) -> None:
+    """In a fresh interpreter whose sockets refuse to connect, with nothing cached yet, the
+    model is derived, loads and embeds."""
     code = """
 import socket
 def refuse(*args, **kwargs):
@@ -100,6 +162,7 @@ from mnemos.embedding import load_embedder
 print(load_embedder("local").embed(["offline"]).shape)
 """
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
     env.update(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9")
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120

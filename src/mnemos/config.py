@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     embedder_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
     # CPU threads the local embedder uses per process (shared by all requests of the process).
     embedder_threads: int = Field(default=2, ge=1, le=64)
+    # Where the local embedder keeps the model it derives from the packaged weights at its first
+    # start (mnemos.embedding.integer); unset: $XDG_CACHE_HOME/mnemos or ~/.cache/mnemos.
+    embedder_cache_dir: Path | None = None
     # The people's web page (`/ui/`): how long a signed-in browser session lasts, and whether
     # its cookie is always marked Secure (it is whenever the request came over HTTPS; set this
     # behind a TLS-terminating proxy that forwards plain HTTP without proxy headers).

@@ -41,7 +41,7 @@ from mnemos.domain.superagent import SuperagentMemories
 from mnemos.domain.tokens import TokenVerifier
 from mnemos.domain.tuya import TuyaMemories
 from mnemos.domain.tuya_auth import TuyaAuth
-from mnemos.embedding import embedder_from_settings
+from mnemos.embedding import embedder_from_settings, worker_embedder
 from mnemos.errors import StorageUnavailable
 from mnemos.indexer import Indexer
 from mnemos.mcp.http import McpEndpoint
@@ -120,13 +120,18 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Blocking work (every synchronous route and dependency) runs in this many threads.
         to_thread.current_default_thread_limiter().total_tokens = settings.resolved_worker_threads()
-        # One embedder per process, shared by the searches and the embedding worker (a model
-        # session is ~70-160 MiB resident; onnxruntime runs concurrent calls on one session).
+        # One embedder per process for the searches (onnxruntime runs concurrent calls on one
+        # session); the embedding worker runs the local model on a one-thread session of its
+        # own, in its niced thread (`worker_embedder`).
         chosen = (
             embedder_from_settings(settings) if isinstance(embedder, _FromSettings) else embedder
         )
         app.state.services = build_services(settings, store, chosen)
-        indexer = Indexer(app.state.services.store, chosen) if chosen is not None else None
+        indexer = (
+            Indexer(app.state.services.store, worker_embedder(chosen))
+            if chosen is not None
+            else None
+        )
         if indexer is not None:
             indexer.start()
         interval = settings.retention_interval_seconds

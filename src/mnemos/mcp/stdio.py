@@ -22,7 +22,7 @@ from mcp.server.stdio import stdio_server
 from mnemos.api.app import build_services
 from mnemos.api.deps import Services, any_credential
 from mnemos.config import Settings
-from mnemos.embedding import embedder_from_settings
+from mnemos.embedding import embedder_from_settings, worker_embedder
 from mnemos.indexer import Indexer
 from mnemos.mcp.server import build_server
 from mnemos.mcp.tools import Caller
@@ -37,7 +37,7 @@ def serve_stdio(settings: Settings, credential: str) -> None:
     """Serve MCP on stdin/stdout until stdin closes (the database is already migrated)."""
     embedder = embedder_from_settings(settings)
     svc = build_services(settings, embedder=embedder)
-    indexer = Indexer(svc.store, embedder) if embedder is not None else None
+    indexer = Indexer(svc.store, worker_embedder(embedder)) if embedder is not None else None
     try:
         check_credential(svc, credential)  # a bad credential starts nothing
         if indexer is not None:

@@ -403,11 +403,6 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             self._remember(shape, statement)
         return statement, params
 
-    def _candidates_in(self, column: sa.Column[Any]) -> sa.ColumnElement[bool]:
-        """`column` is one of the keys bound as `candidates` (a list): IN with one placeholder
-        a key here; PostgreSQL binds one array."""
-        return column.in_(sa.bindparam("candidates", expanding=True))
-
     @replica_read
     def count_memories(self, query: MemoryQuery) -> int:
         if not query.audiences:

@@ -102,6 +102,11 @@ def driver_connection(conn: Connection) -> Any:
 class SqlBase(abc.ABC):
     """Engines, transactions and the few places where backends differ."""
 
+    def _candidates_in(self, column: sa.Column[Any]) -> sa.ColumnElement[bool]:
+        """`column` is one of the keys bound as `candidates` (a list): IN with one placeholder
+        a key here; SQLite binds one JSON array, PostgreSQL one array."""
+        return column.in_(sa.bindparam("candidates", expanding=True))
+
     def __init__(
         self,
         read_engine: Engine,
