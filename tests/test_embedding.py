@@ -61,7 +61,7 @@ def test_local_vectors_have_the_port_shape_and_are_normalised(local: LocalEmbedd
     assert vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert local.embed([]).shape == (0, 384)
-    assert local.model == "all-MiniLM-L6-v2-int8-products"
+    assert local.model == "all-MiniLM-L6-v2-int8"  # the weights, whatever the kernels
 
 
 def test_local_vectors_do_not_depend_on_batch_or_order(local: LocalEmbedder) -> None:

@@ -501,7 +501,7 @@ def test_mnemos_reindex_embeds_what_waits_and_is_resumable(tmp_path: Any) -> Non
         return result
 
     first = reindex()
-    assert first["embedded"] == 2 and first["model"] == "all-MiniLM-L6-v2-int8-products"
+    assert first["embedded"] == 2 and first["model"] == "all-MiniLM-L6-v2-int8"
     assert opened.vector_backlog() == 0
     assert reindex() == {**first, "queued": 0, "embedded": 0}  # nothing left to do
     opened.close()
