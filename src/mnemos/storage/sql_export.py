@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import EncodedBatch, Memory, Owners
 from mnemos.storage.rows import UNREADABLE_JSON
+from mnemos.storage.sql_conditions import tenants_of
 
 Format = Callable[[str], str]
 
@@ -104,9 +105,10 @@ def memory_object(dialect: str, table: str, *extra: tuple[str, str]) -> str:
     return _object(dialect, [*columns, *extra])
 
 
-def _change(dialect: str) -> str:
-    """The SQL of one change's JSON object (`change_json`'s form), from history row `h`."""
-    return _object(
+def history_array(dialect: str, table: str) -> str:
+    """The SQL of the JSON array of a memory's changes, oldest first (`change_json`'s form), as
+    a JSON value of the dialect (one index range scan of `ix_memory_history_memory`)."""
+    change = _object(
         dialect,
         [
             ("event", "h.event"),
@@ -116,25 +118,23 @@ def _change(dialect: str) -> str:
             ("at", _field(dialect, datetime, "h.at")),
         ],
     )
-
-
-def history_array(dialect: str, table: str) -> str:
-    """SQLite: the SQL of the JSON array of a memory's changes, oldest first, as a JSON value
-    (one index range scan of `ix_memory_history_memory` per memory). PostgreSQL aggregates a
-    whole batch's changes at once instead (`about_statement`)."""
+    if dialect == "postgresql":
+        return (
+            f"(SELECT coalesce(json_agg({change} ORDER BY h.pk), '[]'::json) "
+            f"FROM memory_history h WHERE h.tenant_id = {table}.tenant_id "
+            f"AND h.memory_id = {table}.id)"
+        )
     # A JSON value loses its JSON type through a subquery's column: json() gives it back.
     return (
-        f"json((SELECT json_group_array(json(c)) FROM (SELECT {_change(dialect)} AS c "
+        f"json((SELECT json_group_array(json(c)) FROM (SELECT {change} AS c "
         f"FROM memory_history h WHERE h.tenant_id = {table}.tenant_id AND h.memory_id = "
         f"{table}.id ORDER BY h.pk)))"
     )
 
 
-def line_object(dialect: str, table: str, history: str | None = None) -> str:
-    """The SQL of one export line as text: the memory's JSON object with its `"history"` last
-    (`history`: the SQL of its changes' array, by default `history_array`)."""
-    changes = history if history is not None else history_array(dialect, table)
-    line = memory_object(dialect, table, ("history", changes))
+def line_object(dialect: str, table: str) -> str:
+    """The SQL of one export line as text: the memory's JSON object with its `"history"` last."""
+    line = memory_object(dialect, table, ("history", history_array(dialect, table)))
     return f"{line}::text" if dialect == "postgresql" else line  # psycopg would decode JSON
 
 
@@ -150,39 +150,24 @@ def owners_key(dialect: str, table: str) -> str:
 _ORDER = "m.scope, m.inserted_at, m.id"
 
 
-_ABOUT = (
-    "FROM memories m WHERE m.tenant_id IN "
-    "(SELECT t.tenant_id FROM subject_tenants t WHERE t.subject_id = :subject) "
-    "AND m.subject_id = :subject {after}"
-    f"ORDER BY {_ORDER} LIMIT :limit"
-)
-
-
-_BATCH_HISTORY = "coalesce(c.history, '[]'::json)"
-
-
 def about_statement(dialect: str, *, first: bool) -> sa.TextClause:
     """One batch of the memories about `:subject`, on the subject index's order (keyset): the
     order's columns, the owners' key and the line.
 
-    PostgreSQL reads the batch's history in one join and groups it (`json_agg` per memory): a
-    correlated subquery per memory cost about as much as the rest of the statement together."""
+    The subject's tenants are bound as values (`:tenants`, read first by `read_batch`): with
+    them PostgreSQL's statistics over (tenant, subject) count the pair's rows and it walks the
+    subject index in order. Joined from `subject_tenants` inside the statement, it expected a
+    tenth of them, and read every memory about the person and sorted them for each batch."""
     after = "" if first else f"AND ({_ORDER}) > (:after_scope, :after_at, :after_id) "
-    about = _ABOUT.format(after=after)
-    if dialect == "postgresql":
-        sql = (
-            f"WITH m AS MATERIALIZED (SELECT m.* {about}), "
-            f"c AS (SELECT h.tenant_id, h.memory_id, json_agg({_change(dialect)} ORDER BY h.pk) "
-            "AS history FROM m JOIN memory_history h ON h.tenant_id = m.tenant_id "
-            "AND h.memory_id = m.id GROUP BY h.tenant_id, h.memory_id) "
-            f"SELECT {_ORDER}, {owners_key(dialect, 'm')}, "
-            f"{line_object(dialect, 'm', _BATCH_HISTORY)} "
-            "FROM m LEFT JOIN c ON c.tenant_id = m.tenant_id AND c.memory_id = m.id "
-            f"ORDER BY {_ORDER}"
-        )
-    else:
-        sql = f"SELECT {_ORDER}, {owners_key(dialect, 'm')}, {line_object(dialect, 'm')} {about}"
-    return sa.text(sql).bindparams(sa.bindparam("subject", type_=sa.Uuid()))
+    return sa.text(
+        f"SELECT {_ORDER}, {owners_key(dialect, 'm')}, {line_object(dialect, 'm')} "
+        "FROM memories m WHERE m.tenant_id IN :tenants "
+        f"AND m.subject_id = :subject {after}"
+        f"ORDER BY {_ORDER} LIMIT :limit"
+    ).bindparams(
+        sa.bindparam("subject", type_=sa.Uuid()),
+        sa.bindparam("tenants", type_=sa.Uuid(), expanding=True),
+    )
 
 
 def read_batch(
@@ -194,7 +179,10 @@ def read_batch(
 ) -> EncodedBatch:
     """Read one encoded batch; `after` is the previous batch's (None: the first). Per row, only
     its line and its owners' key are kept: no value is parsed or built per memory."""
-    params: dict[str, Any] = {"subject": subject, "limit": limit}
+    tenants = conn.execute(tenants_of(subject)).scalars().all()
+    if not tenants:
+        return EncodedBatch([], [], {}, None)
+    params: dict[str, Any] = {"subject": subject, "limit": limit, "tenants": tenants}
     if after is not None:
         params |= dict(zip(("after_scope", "after_at", "after_id"), after, strict=True))
     rows = conn.execute(statements[after is None], params).all()
