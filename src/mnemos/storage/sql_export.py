@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import EncodedBatch, Memory, Owners
 from mnemos.storage.rows import UNREADABLE_JSON
+from mnemos.storage.sql_conditions import tenants_of
 
 Format = Callable[[str], str]
 
@@ -151,15 +152,22 @@ _ORDER = "m.scope, m.inserted_at, m.id"
 
 def about_statement(dialect: str, *, first: bool) -> sa.TextClause:
     """One batch of the memories about `:subject`, on the subject index's order (keyset): the
-    order's columns, the owners' key and the line."""
+    order's columns, the owners' key and the line.
+
+    The subject's tenants are bound as values (`:tenants`, read first by `read_batch`): with
+    them PostgreSQL's statistics over (tenant, subject) count the pair's rows and it walks the
+    subject index in order. Joined from `subject_tenants` inside the statement, it expected a
+    tenth of them, and read every memory about the person and sorted them for each batch."""
     after = "" if first else f"AND ({_ORDER}) > (:after_scope, :after_at, :after_id) "
     return sa.text(
         f"SELECT {_ORDER}, {owners_key(dialect, 'm')}, {line_object(dialect, 'm')} "
-        "FROM memories m WHERE m.tenant_id IN "
-        "(SELECT t.tenant_id FROM subject_tenants t WHERE t.subject_id = :subject) "
+        "FROM memories m WHERE m.tenant_id IN :tenants "
         f"AND m.subject_id = :subject {after}"
         f"ORDER BY {_ORDER} LIMIT :limit"
-    ).bindparams(sa.bindparam("subject", type_=sa.Uuid()))
+    ).bindparams(
+        sa.bindparam("subject", type_=sa.Uuid()),
+        sa.bindparam("tenants", type_=sa.Uuid(), expanding=True),
+    )
 
 
 def read_batch(
@@ -171,7 +179,10 @@ def read_batch(
 ) -> EncodedBatch:
     """Read one encoded batch; `after` is the previous batch's (None: the first). Per row, only
     its line and its owners' key are kept: no value is parsed or built per memory."""
-    params: dict[str, Any] = {"subject": subject, "limit": limit}
+    tenants = conn.execute(tenants_of(subject)).scalars().all()
+    if not tenants:
+        return EncodedBatch([], [], {}, None)
+    params: dict[str, Any] = {"subject": subject, "limit": limit, "tenants": tenants}
     if after is not None:
         params |= dict(zip(("after_scope", "after_at", "after_id"), after, strict=True))
     rows = conn.execute(statements[after is None], params).all()
