@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from mnemos.config import Settings
-from mnemos.embedding import embedder_from_settings, load_embedder, worker_embedder
+from mnemos.embedding import embedder_from_settings, integer, load_embedder, worker_embedder
 from mnemos.embedding.integer import derive, derived_model
 from mnemos.embedding.local import WEIGHTS_SHA256, LocalEmbedder, _session, _weights
 from mnemos.embedding.remote import EndpointEmbedder, endpoint_url
@@ -114,6 +114,28 @@ def test_integer_products_keep_the_float_model_s_answers(
     floats._session = _session(_weights(), 1)  # the packaged file: float32 products
     cosines = (floats.embed(texts) * local.embed(texts)).sum(axis=1)
     assert cosines.min() > 0.99, cosines
+
+
+def test_a_model_derived_in_other_bytes_is_kept_and_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where this machine's onnx writes the derived model in bytes other than the measured ones,
+    the file is still kept (with its digest beside it) and the next start loads it instead of
+    deriving it again; a kept file changed afterwards is never run."""
+    derived = derive(_weights())
+    monkeypatch.setattr(integer, "DERIVED_SHA256", "0" * 64)  # as under another onnx version
+    assert derived_model(_weights(), WEIGHTS_SHA256, tmp_path) == derived
+    kept = next(path for path in tmp_path.iterdir() if path.suffix == ".onnx")
+
+    def derive_again(_source: Path) -> bytes:
+        raise AssertionError("derived again although a good copy was kept")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(integer, "derive", derive_again)
+        assert derived_model(_weights(), WEIGHTS_SHA256, tmp_path) == str(kept)
+    kept.write_bytes(derived[:-1] + b"\0")
+    assert derived_model(_weights(), WEIGHTS_SHA256, tmp_path) == derived
+    assert kept.read_bytes() == derived
 
 
 def _cpu_ticks_of_other_threads(embedder: LocalEmbedder, texts: list[str]) -> int:

@@ -48,30 +48,52 @@ def default_cache_dir() -> Path:
 
 def derived_model(source: Path, source_sha256: str, cache_dir: Path | None) -> str | bytes:
     """The derived model: the cached file's path when there is one, else the derived bytes
-    (written to `cache_dir` for the next start when it is writable)."""
+    (written to `cache_dir` for the next start when it is writable).
+
+    A kept file is run only if it hashes to `DERIVED_SHA256` or, where this machine's onnx
+    writes the model in other bytes, to the digest recorded beside it (`<name>.sha256`) when it
+    was derived here: else every start under another onnx version would derive it again."""
     name = f"minilm-int8-products-{source_sha256[:16]}-r{RECIPE}.onnx"
     cached = cache_dir / name if cache_dir is not None else None
     if cached is not None and cached.is_file():
-        if hashlib.sha256(cached.read_bytes()).hexdigest() == DERIVED_SHA256:
+        digest = hashlib.sha256(cached.read_bytes()).hexdigest()
+        if digest in (DERIVED_SHA256, _recorded(cached)):
             return str(cached)
         log.warning("the kept embedding model %s is not the expected file: deriving it", cached)
     model = derive(source)
-    if hashlib.sha256(model).hexdigest() != DERIVED_SHA256:
-        # Another onnx version may write the same model in other bytes: use it, keep nothing
-        # (a kept file must hash to the pin).
+    digest = hashlib.sha256(model).hexdigest()
+    if digest != DERIVED_SHA256:
+        # Another onnx version may write the same model in other bytes.
         log.warning("the derived embedding model differs from the measured one (onnx version)")
-        return model
     if cached is not None:
         try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            # Written whole under another name, then renamed: a reader never sees half a file,
-            # and processes starting together each write their own before one rename wins.
-            with tempfile.NamedTemporaryFile(dir=cached.parent, suffix=".tmp", delete=False) as out:
-                out.write(model)
-            os.replace(out.name, cached)
+            if digest != DERIVED_SHA256:
+                _write_whole(_digest_file(cached), digest.encode())  # before the model
+            _write_whole(cached, model)
         except OSError as exc:
             log.warning("cannot cache the derived embedding model in %s: %s", cache_dir, exc)
     return model
+
+
+def _digest_file(model: Path) -> Path:
+    return model.with_name(model.name + ".sha256")
+
+
+def _recorded(model: Path) -> str | None:
+    """The digest written beside `model` when this machine derived it, if any."""
+    try:
+        return _digest_file(model).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Written whole under another name, then renamed: a reader never sees half a file, and
+    processes starting together each write their own before one rename wins."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as out:
+        out.write(data)
+    os.replace(out.name, path)
 
 
 def derive(source: Path) -> bytes:
