@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from bench import sides as sides_
 from bench import vectors
 from bench.run import bench_port, database
 
@@ -60,17 +61,16 @@ ROWS: dict[str, dict[str, str]] = {
 }
 
 
-def side_env(tree: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{tree / 'src'}:{tree}"}
-
-
 def copy(backend: str, template: str, tmp: Path, name: str) -> tuple[str, Any]:
     folder = tmp / name
     folder.mkdir()
     return database(backend, folder, template)
 
 
-def run(backend: str, template: str, sides: dict[str, Path], requests: int) -> dict[str, Any]:
+def run(
+    backend: str, template: str, sides: dict[str, Path], args: argparse.Namespace
+) -> dict[str, Any]:
+    requests = args.requests
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-ab-"))
     servers: list[subprocess.Popen[bytes]] = []
     drops = []
@@ -79,35 +79,10 @@ def run(backend: str, template: str, sides: dict[str, Path], requests: int) -> d
         for index, (name, tree) in enumerate(sides.items()):
             url, drop = copy(backend, template, tmp, name)
             drops.append(drop)
-            prepared = subprocess.run(
-                [sys.executable, "-c", PREPARE, url],
-                env=side_env(tree),
-                cwd=tree,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            key = json.loads(prepared.stdout.strip().splitlines()[-1])["key"]
+            key = json.loads(sides_.in_side(tree, PREPARE, url))["key"]
             port = bench_port(19100 + os.getpid() % 500) + index
-            env = {**side_env(tree), "MNEMOS_DATABASE_URL": url}
-            env["MNEMOS_RATE_LIMIT_PER_MINUTE"] = "0"
-            servers.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "mnemos", "serve", "--port", str(port)]
-                    + ["--workers", "1", "--log-level", "warning"],
-                    env=env,
-                    cwd=tree,
-                )
-            )
+            servers.append(sides_.serve(tree, url, port))
             bases[name] = (f"http://127.0.0.1:{port}", key)
-        for base, _ in bases.values():
-            for _ in range(300):
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
         found: dict[str, Any] = {}
         clients = {
             name: httpx.Client(base_url=base, headers={"X-API-Key": key}, timeout=60)
@@ -128,34 +103,11 @@ def run(backend: str, template: str, sides: dict[str, Path], requests: int) -> d
         return found
     finally:
         for server in servers:
-            server.terminate()
-            server.wait(timeout=60)
+            sides_.stop(server)
         for drop in drops:
             drop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--side", action="append", required=True, metavar="NAME=TREE")
-    parser.add_argument("--template", action="append", required=True, metavar="BACKEND=SOURCE")
-    parser.add_argument("--requests", type=int, default=60)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-    sides = {item.split("=", 1)[0]: Path(item.split("=", 1)[1]).resolve() for item in args.side}
-    results: dict[str, Any] = {"sides": {name: str(tree) for name, tree in sides.items()}}
-    for item in args.template:
-        backend, source = item.split("=", 1)
-        load = os.getloadavg()
-        results[backend] = run(backend, source, sides, args.requests)
-        results[backend]["load average at start"] = [round(x, 2) for x in load]
-    text = json.dumps(results, indent=2)
-    if args.out:
-        args.out.write_text(text)
-    print(text)
-
-
 if __name__ == "__main__":
-    main()
+    sides_.main(__doc__, run, requests=60)

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,8 +29,8 @@ from typing import Any
 
 import httpx
 
+from bench import sides as sides_
 from bench import vectors
-from bench.ab_search import side_env
 from bench.run import AGENT, STORE_BODY, bench_port, database
 
 PREPARE = """
@@ -58,15 +57,7 @@ store.close()
 
 
 def backlog(url: str, tree: Path) -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", BACKLOG, url],
-        env=side_env(tree),
-        cwd=tree,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return int(done.stdout.strip().splitlines()[-1])
+    return int(sides_.in_side(tree, BACKLOG, url))
 
 
 def phase(backend: str, template: str, tree: Path, requests: int, port: int) -> dict[str, Any]:
@@ -74,31 +65,9 @@ def phase(backend: str, template: str, tree: Path, requests: int, port: int) -> 
     url, drop = database(backend, tmp, template)
     server = None
     try:
-        prepared = subprocess.run(
-            [sys.executable, "-c", PREPARE, url],
-            env=side_env(tree),
-            cwd=tree,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        facts = json.loads(prepared.stdout.strip().splitlines()[-1])
-        env = {**side_env(tree), "MNEMOS_DATABASE_URL": url, "MNEMOS_RATE_LIMIT_PER_MINUTE": "0"}
-        env["MNEMOS_EMBEDDER"] = "local"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "mnemos", "serve", "--port", str(port)]
-            + ["--workers", "1", "--log-level", "warning"],
-            env=env,
-            cwd=tree,
-        )
+        facts = json.loads(sides_.in_side(tree, PREPARE, url))
+        server = sides_.serve(tree, url, port, MNEMOS_EMBEDDER="local")
         base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
         for _ in range(100):  # until the worker has loaded its model and is embedding
             if backlog(url, tree) < facts["backlog"]:
                 break
@@ -128,8 +97,7 @@ def phase(backend: str, template: str, tree: Path, requests: int, port: int) -> 
         }
     finally:
         if server is not None:
-            server.terminate()
-            server.wait(timeout=60)
+            sides_.stop(server)
         drop()
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -139,8 +107,9 @@ def median(values: list[float]) -> float:
 
 
 def run(
-    backend: str, template: str, sides: dict[str, Path], requests: int, rounds: int
+    backend: str, template: str, sides: dict[str, Path], args: argparse.Namespace
 ) -> dict[str, Any]:
+    requests, rounds = args.requests, args.rounds
     port = bench_port(19600 + os.getpid() % 300)
     found: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
     for round_ in range(rounds):
@@ -160,27 +129,5 @@ def run(
     return {"summary": summary, "rounds": found}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--side", action="append", required=True, metavar="NAME=TREE")
-    parser.add_argument("--template", action="append", required=True, metavar="BACKEND=SOURCE")
-    parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-    sides = {item.split("=", 1)[0]: Path(item.split("=", 1)[1]).resolve() for item in args.side}
-    results: dict[str, Any] = {"sides": {name: str(tree) for name, tree in sides.items()}}
-    for item in args.template:
-        backend, source = item.split("=", 1)
-        results[backend] = run(backend, source, sides, args.requests, args.rounds)
-        results[backend]["load average at start"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(results, indent=2)
-    if args.out:
-        args.out.write_text(text)
-    print(text)
-
-
 if __name__ == "__main__":
-    main()
+    sides_.main(__doc__, run, requests=200, rounds=2)

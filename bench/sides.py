@@ -1,0 +1,86 @@
+"""Two or more versions of Mnemos measured in turn: each side is a source tree (its `src` and
+`bench`), run with its own code from this interpreter (`--side NAME=TREE`), on copies of the
+templates an earlier `bench.run --keep-template` saved (`--template BACKEND=SOURCE`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+Run = Callable[[str, str, dict[str, Path], argparse.Namespace], dict[str, Any]]
+
+
+def side_env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{tree / 'src'}:{tree}"}
+
+
+def in_side(tree: Path, script: str, *args: str) -> str:
+    """The last line `script` printed, run with the side's code."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=side_env(tree),
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+def serve(tree: Path, url: str, port: int, **env: str) -> subprocess.Popen[bytes]:
+    """`mnemos serve --workers 1` with the side's code on `url`, once it answers /healthz."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mnemos", "serve", "--port", str(port)]
+        + ["--workers", "1", "--log-level", "warning"],
+        env={**side_env(tree), "MNEMOS_DATABASE_URL": url, "MNEMOS_RATE_LIMIT_PER_MINUTE": "0"}
+        | env,
+        cwd=tree,
+    )
+    for _ in range(300):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    server.kill()
+    raise RuntimeError(f"the server of {tree} did not start")
+
+
+def stop(server: subprocess.Popen[bytes]) -> None:
+    server.terminate()
+    server.wait(timeout=60)
+
+
+def main(doc: str | None, run: Run, **counts: int) -> None:
+    """Parse `--side`, `--template`, `--out` and the integer options `counts` (name=default),
+    run each template's backend, and print (and write) the results as JSON."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--side", action="append", required=True, metavar="NAME=TREE")
+    parser.add_argument("--template", action="append", required=True, metavar="BACKEND=SOURCE")
+    for name, default in counts.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    sides = {item.split("=", 1)[0]: Path(item.split("=", 1)[1]).resolve() for item in args.side}
+    results: dict[str, Any] = {"sides": {name: str(tree) for name, tree in sides.items()}}
+    for item in args.template:
+        backend, source = item.split("=", 1)
+        load = os.getloadavg()
+        results[backend] = run(backend, source, sides, args)
+        results[backend]["load average at start"] = [round(x, 2) for x in load]
+    text = json.dumps(results, indent=2)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
