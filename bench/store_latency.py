@@ -1,4 +1,4 @@
-"""Store latency through HTTP with the embedding worker busy and idle, versions side by side.
+"""Store latency through HTTP with the embedding worker busy, idle and off, versions side by side.
 
     python -m bench.store_latency --side before=/tmp/old --side after=. \\
         --template sqlite=FILE --template postgresql=DATABASE --requests 300 --rounds 2
@@ -7,7 +7,8 @@ Per backend, round, phase and side (a source tree served with its own code: `mne
 --workers 1`, the local embedder), a fresh copy of the template. "busy": the template's
 memories are all queued for embedding (a loaded template holds no vectors), so the worker
 drains that backlog for the whole run, as after an import or a `mnemos reindex`. "idle": the
-queue is emptied first, the worker only looks at it. One client stores `--requests` memories
+queue is emptied first, so the worker embeds only what the client stores, each memory right
+after its store. "none": no worker at all (`MNEMOS_EMBEDDER=none`). One client stores `--requests` memories
 one after the other (after 10 unmeasured); reported: store p50 / p95 / p99 ms per run and the
 median of rounds. With `--normal 1`, SQLite also runs the last side with
 `MNEMOS_SQLITE_SYNCHRONOUS=NORMAL` (what the store costs without an fsync per commit). Sides
@@ -43,7 +44,7 @@ settings = Settings(database_url=sys.argv[1])
 migrate(settings)
 store = open_store(settings)
 data = reuse(store)
-if sys.argv[2] == "idle":
+if sys.argv[2] != "busy":  # an empty queue
     engine = sa.create_engine(store._write_engine.url)
     with engine.begin() as conn:
         conn.exec_driver_sql("DELETE FROM vector_queue")
@@ -73,16 +74,19 @@ def figures(ms: list[float]) -> dict[str, float]:
     return {f"p{p}": round(float(np.percentile(ms, p)), 2) for p in (50, 95, 99)}
 
 
+PHASES = {"busy": "local", "idle": "local", "none": "none"}  # the phase's MNEMOS_EMBEDDER
+
+
 def phase(
-    backend: str, template: str, tree: Path, busy: bool, requests: int, port: int, **env: str
+    backend: str, template: str, tree: Path, kind: str, requests: int, port: int, **env: str
 ) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-store6-"))
     url, drop = database(backend, tmp, template)
     server = None
     try:
-        facts = json.loads(sides_.in_side(tree, PREPARE, url, "busy" if busy else "idle"))
-        server = sides_.serve(tree, url, port, MNEMOS_EMBEDDER="local", **env)
-        if busy:
+        facts = json.loads(sides_.in_side(tree, PREPARE, url, kind))
+        server = sides_.serve(tree, url, port, **{"MNEMOS_EMBEDDER": PHASES[kind], **env})
+        if kind == "busy":
             for _ in range(150):  # until the worker has loaded its model and is embedding
                 if backlog(url, tree) < facts["backlog"]:
                     break
@@ -132,11 +136,11 @@ def run(
     found: dict[str, list[dict[str, Any]]] = {}
     for round_ in range(args.rounds):
         order = list(configs) if round_ % 2 == 0 else list(configs)[::-1]
-        for busy in (True, False):
+        for kind in PHASES:
             for name in order:
                 tree, env = configs[name]
-                key = f"{name}, worker {'busy' if busy else 'idle'}"
-                result = phase(backend, template, tree, busy, args.requests, port, **env)
+                key = f"{name}, worker {kind}"
+                result = phase(backend, template, tree, kind, args.requests, port, **env)
                 found.setdefault(key, []).append(result)
                 print(backend, key, result, file=sys.stderr, flush=True)
     summary = {
