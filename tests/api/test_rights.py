@@ -170,6 +170,50 @@ def test_the_database_encodes_the_export_line_for_line(
     assert any(len(line["history"]) > 1 for line in expected)
 
 
+def test_the_page_export_binds_the_subjects_tenants(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """`RightsService.export` (the web page's and the admin command's) reads the person's tenants
+    first and binds them as values, as the encoded export does: a `subject_tenants` subquery in
+    the memories' statement hides the (tenant, subject) statistics from PostgreSQL's planner."""
+    from mnemos.api.app import build_services
+    from mnemos.config import Settings
+
+    ann, _bob, _ann_bot, bob_bot = _people(world)
+    stored = {_store_about(client, bob_bot, ann, f"ann fact {i}") for i in range(5)}
+    rights = build_services(Settings(), store).rights
+    ctx = rights.person(uuid.UUID(ann.id))
+    statements: list[tuple[str, Any]] = []
+
+    def listener(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        statements.append((statement, parameters))
+
+    engine = store._read_engine  # type: ignore[attr-defined]
+    sa.event.listen(engine, "before_cursor_execute", listener)
+    try:
+        exported = [item.memory for batch in rights.export(ctx, batch=2) for item in batch]
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", listener)
+    assert {str(memory.id) for memory in exported} == stored
+    tenants = {memory.tenant_id for memory in exported}
+    about = [
+        (sql, parameters)
+        for sql, parameters in statements
+        if "FROM memories" in sql and "memories.subject_id = " in sql
+    ]
+    assert len(about) == 3  # batches of 2, 2 and 1
+    for sql, parameters in about:
+        assert "subject_tenants" not in sql, sql
+        values = parameters.values() if isinstance(parameters, dict) else parameters
+        assert tenants <= {_uuid(value) for value in values}, parameters
+
+
+def _uuid(value: Any) -> Any:
+    if isinstance(value, str) and len(value) == 32:
+        return uuid.UUID(value)  # SQLite binds a UUID as its hex digits
+    return value
+
+
 def test_a_deleted_memory_leaves_no_vector_queue_entry(
     client: TestClient, world: World, store: Store
 ) -> None:

@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import Status
 from mnemos.domain.queries import FILTER_NAMES, Audience, MemoryQuery
@@ -24,6 +25,17 @@ M = memories.c
 def tenants_of(subject: Any) -> sa.Select[Any]:
     """The tenants holding memories about `subject` (a value or a bound parameter)."""
     return sa.select(subject_tenants.c.tenant_id).where(subject_tenants.c.subject_id == subject)
+
+
+def read_tenants_of(conn: Connection, subject: Any) -> list[Any]:
+    """The tenants holding memories about `subject`, read first to be bound as values
+    (`tenant_id IN :tenants`) in a statement that walks everything about a person (its export).
+
+    With the tenants as values PostgreSQL's statistics over (tenant, subject) count the pair's
+    rows and it walks the subject index in order. Joined from `subject_tenants` inside the
+    statement, the tenant was unknown when planning: it expected a tenth of the rows, and read
+    every memory about the person and sorted them for each batch."""
+    return list(conn.execute(tenants_of(subject)).scalars())
 
 
 def in_tenants(table: sa.Table, tenants: Tenants) -> sa.ColumnElement[bool]:

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import EncodedBatch, Memory, Owners
 from mnemos.storage.rows import UNREADABLE_JSON
-from mnemos.storage.sql_conditions import tenants_of
+from mnemos.storage.sql_conditions import read_tenants_of
 
 Format = Callable[[str], str]
 
@@ -154,10 +154,7 @@ def about_statement(dialect: str, *, first: bool) -> sa.TextClause:
     """One batch of the memories about `:subject`, on the subject index's order (keyset): the
     order's columns, the owners' key and the line.
 
-    The subject's tenants are bound as values (`:tenants`, read first by `read_batch`): with
-    them PostgreSQL's statistics over (tenant, subject) count the pair's rows and it walks the
-    subject index in order. Joined from `subject_tenants` inside the statement, it expected a
-    tenth of them, and read every memory about the person and sorted them for each batch."""
+    The subject's tenants are bound as values (`:tenants`, `read_tenants_of`)."""
     after = "" if first else f"AND ({_ORDER}) > (:after_scope, :after_at, :after_id) "
     return sa.text(
         f"SELECT {_ORDER}, {owners_key(dialect, 'm')}, {line_object(dialect, 'm')} "
@@ -179,7 +176,7 @@ def read_batch(
 ) -> EncodedBatch:
     """Read one encoded batch; `after` is the previous batch's (None: the first). Per row, only
     its line and its owners' key are kept: no value is parsed or built per memory."""
-    tenants = conn.execute(tenants_of(subject)).scalars().all()
+    tenants = read_tenants_of(conn, subject)
     if not tenants:
         return EncodedBatch([], [], {}, None)
     params: dict[str, Any] = {"subject": subject, "limit": limit, "tenants": tenants}

@@ -38,7 +38,7 @@ from mnemos.storage.schema import (
     users,
 )
 from mnemos.storage.sql_base import SqlBase
-from mnemos.storage.sql_conditions import in_tenants, tenants_of
+from mnemos.storage.sql_conditions import in_tenants, read_tenants_of
 from mnemos.storage.sql_export import about_statement, read_batch
 
 M = memories.c
@@ -52,10 +52,11 @@ _AFTER = sa.tuple_(*_ABOUT_ORDER) > sa.tuple_(
     sa.bindparam("after_at", type_=UTCDateTime()),
     sa.bindparam("after_id", type_=sa.Uuid()),
 )
-# What is about a person is in every tenant that holds memories about them (multi-shard).
-_SUBJECT: sa.BindParameter[Any] = sa.bindparam("subject_id")
+# What is about a person is in every tenant that holds memories about them (multi-shard),
+# bound as values (`read_tenants_of`).
 _ABOUT = sa.select(*MEMORY_COLUMNS).where(
-    M.tenant_id.in_(tenants_of(_SUBJECT)), M.subject_id == _SUBJECT
+    M.tenant_id.in_(sa.bindparam("tenants", expanding=True)),
+    M.subject_id == sa.bindparam("subject_id"),
 )
 _ABOUT_FIRST = _ABOUT.order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 _ABOUT_NEXT = _ABOUT.where(_AFTER).order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
@@ -83,6 +84,9 @@ class RightsSql(SqlBase):
             params |= {"after_scope": after.scope.value, "after_at": after.inserted_at}
             params["after_id"] = after.id
         with self._read() as conn:
+            params["tenants"] = read_tenants_of(conn, subject_id)
+            if not params["tenants"]:
+                return []
             return [to_memory(row) for row in conn.execute(statement, params)]
 
     def memories_about_encoded(
