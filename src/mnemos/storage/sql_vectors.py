@@ -457,8 +457,8 @@ class VectorsSql(SqlBase):
         for part in (pks[:limit], pks[limit:]):
             if len(part) == 0 or len(passed) >= limit:
                 break
-            params["candidates"] = [int(pk) for pk in part]
-            passed.update((row[0], row[1]) for row in conn.execute(statement, params))
+            params["candidates"] = part.tolist()
+            passed.update(conn.execute(statement, params).tuples().all())
             asked += len(part)
         found: list[Scored] = []
         for pk, score in zip(pks.tolist(), scores.tolist(), strict=True):
