@@ -458,7 +458,9 @@ class VectorsSql(SqlBase):
             if len(part) == 0 or len(passed) >= limit:
                 break
             params["candidates"] = part.tolist()
-            passed.update(conn.execute(statement, params).tuples().all())
+            passed.update(
+                (pk, memory_id) for pk, memory_id in conn.execute(statement, params).all()
+            )
             asked += len(part)
         found: list[Scored] = []
         for pk, score in zip(pks.tolist(), scores.tolist(), strict=True):
