@@ -78,8 +78,9 @@ def sign_scores(bits: NDArray[np.uint8], probe: NDArray[np.float32]) -> NDArray[
     table = np.einsum("jk,bk->jb", probe.reshape(width, 8), _BYTE_SIGNS).reshape(-1)
     # One flat lookup: byte j of a row indexes entry `256 j + byte` (uint16 indexes: half the
     # memory of intp ones, measured 0.38 against 0.80 ms for 4,000 rows of 48 bytes).
-    places = bits.astype(np.uint16 if width <= 256 else np.intp)  # 256 x 256 entries fit
-    places += (np.arange(width) * 256).astype(places.dtype)
+    kind = np.uint16 if width <= 256 else np.intp  # 256 x 256 entries fit
+    places = bits.astype(kind)
+    np.add(places, (np.arange(width) * 256).astype(kind), out=places)
     scores: NDArray[np.float32] = table.take(places).sum(axis=1, dtype=np.float32)
     return scores
 
