@@ -359,10 +359,11 @@ class PostgresStore(SqlStore):
         )
 
     @contextmanager
-    def _lazy_write(self) -> Iterator[Connection]:
+    def _lazy_write(self, *, mark: bool = False) -> Iterator[Connection]:
         # Visible to every session at once; only its WAL flush is deferred (by at most
-        # wal_writer_delay), so a crash may lose it, never corrupt anything.
-        with self._write(mark=False) as conn:
+        # wal_writer_delay), so a crash may lose it, never corrupt anything. The next
+        # synchronous commit flushes the WAL up to itself, this commit's records included.
+        with self._write(mark=mark) as conn:
             conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
             yield conn
 

@@ -464,11 +464,13 @@ class SqlBase(abc.ABC):
             owner=owner,
         )
 
-    def _lazy_write(self) -> AbstractContextManager[Connection]:
-        """A write transaction (of a table only the primary reads) whose commit may return
-        before it reaches the disk: a crash may lose it, never corrupt anything (a dialect
-        hook: PostgreSQL's asynchronous commit, SQLite's `synchronous=NORMAL`)."""
-        return self._write(mark=False)
+    def _lazy_write(self, *, mark: bool = False) -> AbstractContextManager[Connection]:
+        """A write transaction whose commit may return before it reaches the disk: a crash may
+        lose it, never corrupt anything, nor keep a later durable commit without it (a dialect
+        hook: PostgreSQL's asynchronous commit, SQLite's `synchronous=NORMAL`). For what a
+        crash may lose: caches, and the embedding worker's work (it is done again). `mark`:
+        as `_write`'s (replicas' readers must see it)."""
+        return self._write(mark=mark)
 
     def kept_search(self, search_id: str) -> list[tuple[uuid.UUID, float]] | None:
         # On the primary, never a replica: the first page wrote it a moment ago.

@@ -139,7 +139,8 @@ class VectorsSql(SqlBase):
         if not waiting:
             return []
         tenants = sorted({row[0] for row in waiting})
-        with self._write() as conn:
+        # A claim lost to a crash leaves the memory free to claim again (no replica reads it).
+        with self._lazy_write() as conn:
             claimed = list(
                 conn.execute(
                     vector_queue.update()
@@ -208,7 +209,9 @@ class VectorsSql(SqlBase):
         quantized, scales = quantize(np.asarray(vectors, dtype=np.float32))
         by_id = {memory_id: index for index, memory_id in enumerate(ids)}
         owners = [getattr(M, column) for column, _ in OWNER_COLUMNS]
-        with self._write() as conn:
+        # One transaction takes the memories off the queue with their vectors saved: lost to a
+        # crash, they are still queued and embedded again (docs/search.md, "Write path").
+        with self._lazy_write(mark=True) as conn:
             # Lock the memories against a concurrent delete (PostgreSQL; SQLite has one writer).
             found = conn.execute(
                 sa.select(M.pk, M.id, M.tenant_id, M.scope, *owners)

@@ -344,7 +344,7 @@ class SqliteStore(SqlStore):
             yield conn
 
     @contextmanager
-    def _lazy_write(self) -> Iterator[Connection]:
+    def _lazy_write(self, *, mark: bool = False) -> Iterator[Connection]:  # noqa: ARG002
         # Alone in its transaction (a durable batch still open commits first), so that only
         # this commit skips the fsync.
         with self._guard(), self._writes.write_lazily() as conn:
