@@ -81,10 +81,11 @@ def test_hamming_counts_the_components_that_differ_in_sign() -> None:
         assert hamming(sign_bits(vectors), sign_bits(probe)[0]).tolist() == expected.tolist()
 
 
-def test_sign_scores_are_the_probes_dot_product_with_the_signs() -> None:
+@pytest.mark.parametrize("dims", [DIMS, 2056])  # 257 bytes a row: past uint16 table places
+def test_sign_scores_are_the_probes_dot_product_with_the_signs(dims: int) -> None:
     rng = np.random.default_rng(6)
-    vectors = rng.integers(-127, 128, (50, DIMS)).astype(np.int8)
-    probe = unit(rng.standard_normal(DIMS).astype(np.float32))
+    vectors = rng.integers(-127, 128, (50, dims)).astype(np.int8)
+    probe = unit(rng.standard_normal(dims).astype(np.float32))
     signs = np.where(vectors > 0, 1.0, -1.0).astype(np.float32)
     assert sign_scores(sign_bits(vectors), probe) == pytest.approx(signs @ probe, abs=1e-4)
 

@@ -63,6 +63,26 @@ FORGET_VECTORS = sa.text(
 """`_forget_vectors` for one tenant (the queue's rows and the vectors' in one statement)."""
 
 STATEMENT_TIMEOUT_MS = 15_000
+
+
+def array_literal(keys: Sequence[int]) -> str:
+    """Integer keys as one `bigint[]` literal (`{1,2,3}`), bound as text and cast in the
+    statement: psycopg dumps a list of ints element by element (a pattern search each),
+    measured 0.6 ms for the rescoring's 400 keys against 0.05 ms to join them."""
+    return "{" + ",".join(map(str, keys)) + "}"
+
+
+class KeysArray(sa.types.TypeDecorator[list[int]]):
+    """A list of integer keys bound as one `array_literal` (cast to `bigint[]` by the
+    statement)."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: list[int] | None, dialect: Any) -> str | None:  # noqa: ARG002
+        return None if value is None else array_literal(value)
+
+
 BLOB_SQL: dict[str, str] = {}  # `_blob_rows`' statements, compiled for psycopg
 STATS_SECONDS = 60.0  # how long a process keeps the column statistics it read
 
@@ -301,7 +321,9 @@ class PostgresStore(SqlStore):
             compiled = BLOB_READS[name].compile(dialect=conn.dialect)
             sql = BLOB_SQL[name] = re.sub(
                 r"IN \(__\[POSTCOMPILE_(\w+)\]\)", r"= ANY(%(\1)s)", str(compiled)
-            )
+            ).replace("%(keys)s", "%(keys)s::bigint[]")
+        if "keys" in params:
+            params = {**params, "keys": array_literal(params["keys"])}
         with driver_connection(conn).cursor(binary=True) as cursor:
             cursor.execute(sql, params)
             rows: list[Any] = cursor.fetchall()
@@ -348,7 +370,8 @@ class PostgresStore(SqlStore):
     def _candidates_in(self, column: sa.Column[Any]) -> sa.ColumnElement[bool]:
         # One array parameter: the statement's text is the same whatever the count, so it is
         # compiled once and psycopg prepares it, where IN renders one placeholder per key.
-        return column == sa.any_(sa.bindparam("candidates", type_=ARRAY(sa.BigInteger())))
+        keys = sa.cast(sa.bindparam("candidates", type_=KeysArray()), ARRAY(sa.BigInteger()))
+        return column == sa.any_(keys)
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()

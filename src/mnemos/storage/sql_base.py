@@ -41,6 +41,20 @@ DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
 _SCORE = struct.Struct("<d")
 _RANKED_ROW = 16 + _SCORE.size
 EXPIRED_CLEANED = 100  # more than one request's worth: `_remember_until`'s tables shrink
+
+
+_P = search_pages.c
+_TRIM_KEPT = search_pages.delete().where(
+    _P.search_id.in_(
+        sa.select(_P.search_id)
+        .where(_P.owner == sa.bindparam("owner"))
+        .order_by(_P.expires_at.desc(), _P.search_id.desc())
+        .offset(sa.bindparam("most", type_=sa.Integer()))
+        .with_for_update(skip_locked=True)
+    )
+)
+"""A caller's kept answers past its newest `most` go (those another writer is deleting are
+skipped, as in `_remember_until`: the bound holds once both commit)."""
 EVERY_TENANT = "/* every tenant */"
 """Marks the few statements that read memory-side tables of every tenant (docs/deploying.md,
 "Multi-shard queries"); the suite's check of tenant filters lets only these through."""
@@ -387,29 +401,36 @@ class SqlBase(abc.ABC):
         expires_at: datetime,
         *,
         durable: bool = True,
-        then: sa.Executable | None = None,
+        then: tuple[sa.Executable, dict[str, Any]] | None = None,
         **values: Any,
     ) -> bool:
         """Keep `key` (the primary key of `table`, which has an `expires_at`; `values` fill its
         other columns) until `expires_at`; False if it is already kept. A few expired rows go
         first, skipping those another writer is deleting (PostgreSQL): concurrent callers
         neither wait for nor deadlock on each other, and the table shrinks under any load.
-        `then` runs last in the same transaction. Only the primary reads these tables."""
+        `then` (a statement and its parameters) runs last in the same transaction. Only the
+        primary reads these tables."""
         (column,) = table.primary_key.columns
-        expired = (
-            sa.select(column)
-            .where(table.c.expires_at < utcnow())
-            .limit(EXPIRED_CLEANED)
-            .with_for_update(skip_locked=True)
-        )
+        statements = self._statements.get(("remember", table.name))
+        if statements is None:  # built once: a search's kept answer is written per request
+            expired = (
+                sa.select(column)
+                .where(table.c.expires_at < sa.bindparam("now"))
+                .limit(EXPIRED_CLEANED)
+                .with_for_update(skip_locked=True)
+            )
+            statements = (
+                table.delete().where(column.in_(expired)),
+                self._insert_ignore(table).returning(column),
+            )
+            self._statements[("remember", table.name)] = statements
+        clean, insert = statements
         with self._lazy_write() if not durable else self._write(mark=False) as conn:
-            conn.execute(table.delete().where(column.in_(expired)))
+            conn.execute(clean, {"now": utcnow()})
             row = {column.name: key, "expires_at": expires_at, **values}
-            inserted = conn.execute(
-                self._insert_ignore(table).values(row).returning(column)
-            ).first()
+            inserted = conn.execute(insert, row).first()
             if then is not None:
-                conn.execute(then)
+                conn.execute(*then)
         return inserted is not None
 
     def end_session(self, session_id: str, expires_at: datetime) -> None:
@@ -432,24 +453,13 @@ class SqlBase(abc.ABC):
         most: int,
     ) -> None:
         packed = b"".join(memory_id.bytes + _SCORE.pack(score) for memory_id, score in ranked)
-        P = search_pages.c
-        # The owner's answers past its newest `most` go (those another writer is deleting are
-        # skipped, as in `_remember_until`: the bound holds once both commit).
-        older = (
-            sa.select(P.search_id)
-            .where(P.owner == owner)
-            .order_by(P.expires_at.desc(), P.search_id.desc())
-            .offset(most)
-            .with_for_update(skip_locked=True)
-        )
-        trim = search_pages.delete().where(P.search_id.in_(older))
         # A kept answer is a cache: lost in a crash, its cursor says "expired" (search again).
         self._remember_until(
             search_pages,
             search_id,
             expires_at,
             durable=False,
-            then=trim,
+            then=(_TRIM_KEPT, {"owner": owner, "most": most}),
             ranked=packed,
             owner=owner,
         )

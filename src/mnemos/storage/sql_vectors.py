@@ -460,8 +460,10 @@ class VectorsSql(SqlBase):
         for part in (pks[:limit], pks[limit:]):
             if len(part) == 0 or len(passed) >= limit:
                 break
-            params["candidates"] = [int(pk) for pk in part]
-            passed.update((row[0], row[1]) for row in conn.execute(statement, params))
+            params["candidates"] = part.tolist()
+            passed.update(
+                (pk, memory_id) for pk, memory_id in conn.execute(statement, params).all()
+            )
             asked += len(part)
         found: list[Scored] = []
         for pk, score in zip(pks.tolist(), scores.tolist(), strict=True):
@@ -521,13 +523,15 @@ class VectorsSql(SqlBase):
             return np.empty(0, np.int64), np.empty((0, 0), np.uint8)
         wanted = sorted(owners)
         params = {"tenants": tenants, "owners": wanted, "model": model}
-        chunks = self._blob_rows(conn, "chunk bits", params)
-        tail = self._blob_rows(conn, "tail vectors", params)
-        pks = [np.frombuffer(bytes(row[0]), dtype="<i8") for row in chunks]
-        bits = [np.frombuffer(bytes(row[1]), dtype=np.uint8) for row in chunks]
+        chunks: list[Any] = []
+        tail: list[Any] = []
+        for row in self._blob_rows(conn, "layout", params):
+            (chunks if row[0] is None else tail).append(row)
+        pks = [np.frombuffer(bytes(row[1]), dtype="<i8") for row in chunks]
+        bits = [np.frombuffer(bytes(row[2]), dtype=np.uint8) for row in chunks]
         if tail:
             pks.append(np.asarray([row[0] for row in tail], dtype=np.int64))
-            vectors = _int8_rows(b"".join(bytes(row[1]) for row in tail), len(tail))
+            vectors = _int8_rows(b"".join(bytes(row[2]) for row in tail), len(tail))
             bits.append(sign_bits(vectors).reshape(-1))
         if not pks:
             return np.empty(0, np.int64), np.empty((0, 0), np.uint8)
@@ -565,18 +569,26 @@ def _keys_in(column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]
     return column.in_(sa.bindparam(name, expanding=True))
 
 
-BLOB_READS: dict[str, sa.Select[Any]] = {
-    "chunk bits": sa.select(C.pks, C.bits).where(
-        _keys_in(C.tenant_id, "tenants"),
-        _keys_in(C.owner, "owners"),
-        C.model == sa.bindparam("model"),
-    ),
-    "tail vectors": sa.select(V.memory_pk, V.vector)
-    .join(vector_tail, sa.and_(T.tenant_id == V.tenant_id, T.memory_pk == V.memory_pk))
-    .where(
-        _keys_in(T.tenant_id, "tenants"),
-        _keys_in(T.owner, "owners"),
-        V.model == sa.bindparam("model"),
+BLOB_READS: dict[str, sa.Select[Any] | sa.CompoundSelect[Any]] = {
+    # The owners' chunks (no key, their keys' blob, their sign bits) and then their tails (the
+    # key, no blob, the int8 vector): one statement, one round trip to PostgreSQL.
+    "layout": sa.union_all(
+        sa.select(
+            sa.cast(sa.null(), sa.BigInteger()).label("memory_pk"),
+            C.pks,
+            C.bits.label("blob"),
+        ).where(
+            _keys_in(C.tenant_id, "tenants"),
+            _keys_in(C.owner, "owners"),
+            C.model == sa.bindparam("model"),
+        ),
+        sa.select(V.memory_pk, sa.cast(sa.null(), sa.LargeBinary()), V.vector)
+        .join(vector_tail, sa.and_(T.tenant_id == V.tenant_id, T.memory_pk == V.memory_pk))
+        .where(
+            _keys_in(T.tenant_id, "tenants"),
+            _keys_in(T.owner, "owners"),
+            V.model == sa.bindparam("model"),
+        ),
     ),
     "vectors": sa.select(V.memory_pk, V.scale, V.vector).where(
         _keys_in(V.tenant_id, "tenants"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -19,6 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.sql.dml import Delete, Insert
 
@@ -27,7 +29,7 @@ from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.rows import read_json
-from mnemos.storage.schema import memories, memory_vectors
+from mnemos.storage.schema import memories
 from mnemos.storage.search_plan import DRIVER_POSTINGS, TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
 from mnemos.storage.sql_base import (
@@ -36,10 +38,12 @@ from mnemos.storage.sql_base import (
     Keys,
     driver_connection,
 )
+from mnemos.storage.sql_vectors import BLOB_READS
 from mnemos.storage.watchdog import Watchdog
 
 BUSY_TIMEOUT_MS = 30_000
 MMAP_BYTES = 1 << 30  # address space, not memory: SQLite maps at most the file's size
+MAX_BLOB_SQL = 256  # `blob_sql`'s texts kept
 WATCHDOG = Watchdog()  # one thread per process stops searches past their budget
 
 
@@ -252,15 +256,41 @@ class JsonKeys(sa.types.TypeDecorator[list[int]]):
         return None if value is None else json.dumps(value)
 
 
-_KEYS = sa.func.json_each(sa.bindparam("keys", type_=JsonKeys())).table_valued("value")
-VECTORS_BY_KEYS = sa.select(
-    memory_vectors.c.memory_pk, memory_vectors.c.scale, memory_vectors.c.vector
-).where(
-    memory_vectors.c.tenant_id.in_(sa.bindparam("tenants", expanding=True)),
-    memory_vectors.c.memory_pk.in_(sa.select(_KEYS.c.value)),
-    memory_vectors.c.model == sa.bindparam("model"),
-)
-"""The rescoring's read (`BLOB_READS["vectors"]`) with its keys as one JSON array."""
+BLOB_SQL: dict[tuple[str, int, int], str] = {}
+"""`_blob_rows`' statements as SQL for the driver, by name and the lengths of the tenants' and
+owners' lists (a search names few of each; its candidates' keys are one JSON array)."""
+
+
+def blob_sql(name: str, tenants: int, owners: int) -> str:
+    """`BLOB_READS[name]` for sqlite3's named parameters: each of `tenants` (and `owners`)
+    bound as `:tenants_0`, ... (a JSON array would be read as a table and plan a scan of
+    `vector_chunks`), the keys as one JSON array read by `json_each` (primary-key lookups)."""
+    sql = BLOB_SQL.get((name, tenants, owners))
+    if sql is None:
+        counts = {"tenants": tenants, "owners": owners}
+
+        def expanded(found: re.Match[str]) -> str:
+            param = found.group(1)
+            if param == "keys":
+                return "IN (SELECT value FROM json_each(:keys))"
+            return "IN (" + ", ".join(f":{param}_{i}" for i in range(counts[param])) + ")"
+
+        compiled = str(BLOB_READS[name].compile(dialect=sqlite_dialect(paramstyle="named")))
+        sql = re.sub(r"IN \(__\[POSTCOMPILE_(\w+)\]\)", expanded, compiled)
+        if len(BLOB_SQL) >= MAX_BLOB_SQL:
+            BLOB_SQL.clear()
+        BLOB_SQL[(name, tenants, owners)] = sql
+    return sql
+
+
+def blob_params(params: dict[str, Any]) -> dict[str, Any]:
+    """`_blob_rows`' parameters as `blob_sql` binds them (tenants as stored: 32 hex digits)."""
+    bound: dict[str, Any] = {"model": params["model"]}
+    bound.update((f"tenants_{i}", tenant.hex) for i, tenant in enumerate(params["tenants"]))
+    bound.update((f"owners_{i}", owner) for i, owner in enumerate(params.get("owners", ())))
+    if "keys" in params:
+        bound["keys"] = json.dumps(params["keys"])
+    return bound
 
 
 class SqliteStore(SqlStore):
@@ -478,10 +508,12 @@ class SqliteStore(SqlStore):
         return column.in_(sa.select(keys.c.value))
 
     def _blob_rows(self, conn: Connection, name: str, params: dict[str, Any]) -> Sequence[Any]:
-        # The same for the rescoring's keys: one JSON array, one statement text.
-        if name != "vectors":
-            return super()._blob_rows(conn, name, params)
-        return conn.execute(VECTORS_BY_KEYS, params).all()
+        # On sqlite3's own cursor (same connection and transaction): SQLAlchemy's execution and
+        # row processing cost more than SQLite's reading of the rows (measured: the chunks of
+        # one agent of 10,000 memories in 0.46 ms through SQLAlchemy, 0.20 ms raw).
+        sql = blob_sql(name, len(params["tenants"]), len(params.get("owners", ())))
+        rows: list[Any] = driver_connection(conn).execute(sql, blob_params(params)).fetchall()
+        return rows
 
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
