@@ -46,19 +46,6 @@ print(json.dumps({"key": data.big_agent_key, "backlog": store.vector_backlog()})
 store.close()
 """
 
-BACKLOG = """
-import sys
-from mnemos.config import Settings
-from mnemos.storage import open_store
-store = open_store(Settings(database_url=sys.argv[1]))
-print(store.vector_backlog())
-store.close()
-"""
-
-
-def backlog(url: str, tree: Path) -> int:
-    return int(sides_.in_side(tree, BACKLOG, url))
-
 
 def phase(backend: str, template: str, tree: Path, requests: int, port: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-backlog-"))
@@ -69,10 +56,10 @@ def phase(backend: str, template: str, tree: Path, requests: int, port: int) -> 
         server = sides_.serve(tree, url, port, MNEMOS_EMBEDDER="local")
         base = f"http://127.0.0.1:{port}"
         for _ in range(100):  # until the worker has loaded its model and is embedding
-            if backlog(url, tree) < facts["backlog"]:
+            if sides_.backlog(url, tree) < facts["backlog"]:
                 break
             time.sleep(0.2)
-        before, began = backlog(url, tree), time.perf_counter()
+        before, began = sides_.backlog(url, tree), time.perf_counter()
         spent: dict[str, list[float]] = {"store": [], "list": []}
         headers = {"X-API-Key": facts["key"]}
         with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
@@ -87,7 +74,7 @@ def phase(backend: str, template: str, tree: Path, requests: int, port: int) -> 
                     spent["store"].append((stored - started) * 1000)
                     spent["list"].append((listed - stored) * 1000)
         seconds = time.perf_counter() - began
-        after = backlog(url, tree)
+        after = sides_.backlog(url, tree)
         return {
             "store ms": vectors.percentiles(spent["store"]),
             "list ms": vectors.percentiles(spent["list"]),
@@ -100,10 +87,6 @@ def phase(backend: str, template: str, tree: Path, requests: int, port: int) -> 
             sides_.stop(server)
         drop()
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
 
 
 def run(
@@ -119,11 +102,11 @@ def run(
             print(backend, name, found[name][-1], file=sys.stderr, flush=True)
     summary = {
         name: {
-            f"{what} {p} ms (median of rounds)": median([r[f"{what} ms"][p] for r in runs])
+            f"{what} {p} ms (median of rounds)": sides_.median([r[f"{what} ms"][p] for r in runs])
             for what in ("store", "list")
             for p in ("p50", "p95")
         }
-        | {"embedded per s": median([r["embedded per s meanwhile"] for r in runs])}
+        | {"embedded per s": sides_.median([r["embedded per s meanwhile"] for r in runs])}
         for name, runs in found.items()
     }
     return {"summary": summary, "rounds": found}

@@ -56,6 +56,26 @@ def serve(tree: Path, url: str, port: int, **env: str) -> subprocess.Popen[bytes
     raise RuntimeError(f"the server of {tree} did not start")
 
 
+BACKLOG = """
+import sys
+from mnemos.config import Settings
+from mnemos.storage import open_store
+store = open_store(Settings(database_url=sys.argv[1]))
+print(store.vector_backlog())
+store.close()
+"""
+
+
+def backlog(url: str, tree: Path) -> int:
+    """Memories waiting to be embedded in the database at `url`, read with the side's code."""
+    return int(in_side(tree, BACKLOG, url))
+
+
+def median(values: list[float]) -> float:
+    """The middle value (the higher of two)."""
+    return sorted(values)[len(values) // 2]
+
+
 def stop(server: subprocess.Popen[bytes]) -> None:
     server.terminate()
     server.wait(timeout=60)

@@ -53,21 +53,9 @@ print(json.dumps({"key": data.big_agent_key, "backlog": store.vector_backlog()})
 store.close()
 """
 
-BACKLOG = """
-import sys
-from mnemos.config import Settings
-from mnemos.storage import open_store
-store = open_store(Settings(database_url=sys.argv[1]))
-print(store.vector_backlog())
-store.close()
-"""
 
 WARMUP = 10
 IDLE_SETTLE_SECONDS = 8.0  # the worker loads its model (a few seconds of CPU) before it idles
-
-
-def backlog(url: str, tree: Path) -> int:
-    return int(sides_.in_side(tree, BACKLOG, url))
 
 
 def figures(ms: list[float]) -> dict[str, float]:
@@ -88,12 +76,12 @@ def phase(
         server = sides_.serve(tree, url, port, **{"MNEMOS_EMBEDDER": PHASES[kind], **env})
         if kind == "busy":
             for _ in range(150):  # until the worker has loaded its model and is embedding
-                if backlog(url, tree) < facts["backlog"]:
+                if sides_.backlog(url, tree) < facts["backlog"]:
                     break
                 time.sleep(0.2)
         else:
             time.sleep(IDLE_SETTLE_SECONDS)
-        before, began = backlog(url, tree), time.perf_counter()
+        before, began = sides_.backlog(url, tree), time.perf_counter()
         spent: list[float] = []
         headers = {"X-API-Key": facts["key"]}
         base = f"http://127.0.0.1:{port}"
@@ -105,7 +93,7 @@ def phase(
                 if i >= WARMUP:
                     spent.append((time.perf_counter() - started) * 1000)
         seconds = time.perf_counter() - began
-        embedded = before - backlog(url, tree) + requests + WARMUP
+        embedded = before - sides_.backlog(url, tree) + requests + WARMUP
         return {
             "store ms": figures(spent),
             "backlog at start": facts["backlog"],
@@ -117,10 +105,6 @@ def phase(
             sides_.stop(server)
         drop()
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
 
 
 def run(
@@ -145,7 +129,7 @@ def run(
                 print(backend, key, result, file=sys.stderr, flush=True)
     summary = {
         key: {
-            f"store {p} ms (median of rounds)": median([r["store ms"][p] for r in runs])
+            f"store {p} ms (median of rounds)": sides_.median([r["store ms"][p] for r in runs])
             for p in ("p50", "p95", "p99")
         }
         for key, runs in found.items()
