@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import re
 import threading
 import time
@@ -34,6 +35,7 @@ from mnemos.storage.search_plan import TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
 from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, Keys, driver_connection
 from mnemos.storage.sql_vectors import BLOB_READS
+from mnemos.storage.sqlite import scope_column
 
 
 def tsquery(search: SearchQuery) -> str:
@@ -85,6 +87,12 @@ class KeysArray(sa.types.TypeDecorator[list[int]]):
 
 BLOB_SQL: dict[str, str] = {}  # `_blob_rows`' statements, compiled for psycopg
 STATS_SECONDS = 60.0  # how long a process keeps the column statistics it read
+WALKED_OWNERS = ("source_agent_id", "chat_room_id", "organization_id")  # (`_cuts_pool`)
+POOL_MIN_SHARE = 0.05
+"""A hybrid's keyword leg cuts its pool (`_search_rank`) only for a search estimated to match at
+least this share of all memories; the walk for it stops after `pool / POOL_MIN_SHARE` rows of
+the owner's index (10,000 for `HYBRID_POOL`). Walking costs ~3 us a row, a GIN bitmap ~0.4 us a
+match in the whole index: at 1,000,000 memories they break even near 5% (measured, issue 13)."""
 
 # The statistics ANALYZE (or autovacuum) keeps on the tsvector column: its most common lexemes
 # and the share of rows holding each; the array's last three entries are the least and greatest
@@ -222,17 +230,74 @@ class PostgresStore(SqlStore):
         # each search text gets its own statement and plans that know the words.
         return _search_column().op("@@")(_tsquery(param))
 
+    def _cuts_pool(self, audience: Audience) -> bool:
+        # The pool is walked on the owner's index newest first (`_search_rank`): an agent's or
+        # a room's, or an organization's with one scope (its index orders by scope first). As on
+        # SQLite, never a subject's (every tenant's memories about a person) nor no owner's.
+        column = scope_column(audience)
+        if column == "organization_id":
+            return audience.scopes is not None and len(audience.scopes) == 1
+        return column in WALKED_OWNERS
+
+    def _pool_pays(self, conn: Connection, search: SearchQuery) -> bool:
+        # Walking pays for a common search only: its cost is the rows walked (about
+        # pool / share), the bitmap's is every match in the index (share * rows). The share of
+        # the whole query is estimated as the product of its parts' (they are ANDed).
+        stats = self._term_stats(conn, search)
+        if stats is None or stats.rows <= 0:
+            return False
+        share = 1.0
+        for postings in stats.postings:
+            share *= min(postings / stats.rows, 1.0)
+        return share >= POOL_MIN_SHARE
+
     def _search_rank(
         self,
         param: sa.BindParameter[Any],
-        pool: int | None,  # noqa: ARG002 (never given: `_cuts_pool` is False)
+        pool: int | None,
+        audience: Audience,
+        index: int,
     ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
-        # No pool: a common word's cost is the GIN bitmap of all its matches (84,000 at
-        # 1,000,000 memories: ~40 ms), which the newest few do not shorten, where ts_rank over
-        # an agent's 1,000 of them costs ~6 ms (docs/decisions.md, "A bounded keyword leg").
+        # Without a pool, every match is scored: a common word's cost is then the GIN bitmap
+        # of all its matches in every tenant (84,000 for a word in 10% of 1,000,000 memories:
+        # ~40 ms), which a LIMIT does not shorten. With a pool (a common word: `_pool_pays`),
+        # the owner's index is walked newest first, at most `pool / POOL_MIN_SHARE` entries,
+        # each row tested against the search, until `pool` match: their keys are the pool, and
+        # each is read again below through the primary key with every condition of the
+        # audience (docs/decisions.md, "A walked pool on PostgreSQL").
         terms = _tsquery(param)
         score = sa.func.ts_rank(_search_column(), terms, type_=sa.Float())
-        return memories, _search_column().op("@@")(terms), score
+        if pool is None:
+            return memories, _search_column().op("@@")(terms), score
+        walked = memories.alias("walked")
+        column = scope_column(audience)
+        assert column is not None  # `_cuts_pool`
+        owner = [walked.c[column] == sa.bindparam(f"a{index}_{column}")]
+        if column == "organization_id":  # ix_memories_org_order: (organization_id, scope, ...)
+            owner.append(walked.c.scope.in_(sa.bindparam(f"a{index}_scopes", expanding=True)))
+        newest = (
+            sa.select(
+                walked.c.tenant_id,
+                walked.c.pk,
+                sa.literal_column("walked.search").label("search"),  # not in `schema.memories`
+                walked.c.inserted_at,
+                walked.c.id,
+            )
+            .where(*owner)
+            .order_by(walked.c.inserted_at.desc(), walked.c.id.desc())
+            # A LIMIT the planner cannot read (a sub-select) is planned as a tenth of the rows:
+            # it walks the index backwards. A constant at least the owner's row count planned
+            # a bitmap of all of them and a sort, and read every row before the first match.
+            .limit(sa.literal_column(f"(SELECT {math.ceil(pool / POOL_MIN_SHARE)})"))
+            .subquery("newest")
+        )
+        matched = (
+            sa.select(newest.c.tenant_id, newest.c.pk)
+            .where(newest.c.search.op("@@")(terms))
+            .order_by(newest.c.inserted_at.desc(), newest.c.id.desc())
+            .limit(sa.literal_column(str(pool)))
+        )
+        return memories, sa.tuple_(memories.c.tenant_id, memories.c.pk).in_(matched), score
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:  # noqa: ARG002
         return tsquery(search)

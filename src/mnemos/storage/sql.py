@@ -334,6 +334,8 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         params = self._list_params(query, None)
         params["limit"] = limit
         with self._search_read() as conn, self._search_budget(conn):
+            if pool is not None and not self._pool_pays(conn, query.search):
+                pool = None
             found = self._ranked(conn, query, params, pool)
             # A pool is cut on the owner's index entries, before the audience's other
             # conditions (its scopes, a second owner) and the filters: where they leave fewer
@@ -361,7 +363,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         for index, audience in enumerate(query.audiences):
             param: sa.BindParameter[Any] = sa.bindparam(f"a{index}_search")
             cut = pool if pool is not None and self._cuts_pool(audience) else None
-            source, match, score = self._search_rank(param, cut)
+            source, match, score = self._search_rank(param, cut, audience, index)
             branches.append(
                 sa.select(
                     M.tenant_id.label("tenant_id"),

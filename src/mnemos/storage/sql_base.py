@@ -145,18 +145,23 @@ class SqlBase(abc.ABC):
         to (else every match is scored: the pool is a bound on work, not on the answer)."""
         return False
 
+    def _pool_pays(self, conn: Connection, search: SearchQuery) -> bool:  # noqa: ARG002
+        """Whether cutting a pool is worth it for `search` (asked only where `_cuts_pool`)."""
+        return True
+
     @abc.abstractmethod
     def _search_clause(self, param: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
         """A condition on `memories` that holds when the row matches the search bound to `param`."""
 
     @abc.abstractmethod
     def _search_rank(
-        self, param: sa.BindParameter[Any], pool: int | None
+        self, param: sa.BindParameter[Any], pool: int | None, audience: Audience, index: int
     ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
         """For a relevance order: what to select from (`memories`, joined to the index if the
         backend needs it), the condition that a row matches the search bound to `param`, and
         its score there (higher is better). With `pool` (only where `_cuts_pool`), only the
-        newest `pool` matches are scored."""
+        newest `pool` matches of `audience` (number `index` of the query, its values bound as
+        `a{index}_...`) are scored."""
 
     @abc.abstractmethod
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:

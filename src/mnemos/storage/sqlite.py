@@ -403,24 +403,28 @@ class SqliteStore(SqlStore):
         return scope_column(audience) not in (None, "subject_id")
 
     def _search_rank(
-        self, param: sa.BindParameter[Any], pool: int | None
+        self,
+        param: sa.BindParameter[Any],
+        pool: int | None,
+        audience: Audience,  # noqa: ARG002 (the MATCH holds its scope token: `_search_value`)
+        index: int,  # noqa: ARG002
     ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
         # bm25 works only in a statement that MATCHes the FTS table and nothing else: the
         # matches are scored alone (LIMIT -1 keeps SQLite from flattening them into the join,
         # where bm25 is refused), then joined to their memories. bm25 is lower for better
         # matches; the scope column (owner tokens, migration 0005) weighs nothing. A pool is cut
         # here (`_cuts_pool`), before the filters: they may keep fewer than `pool`.
-        index: sa.ColumnClause[Any] = sa.literal_column("memories_fts")
+        fts: sa.ColumnClause[Any] = sa.literal_column("memories_fts")
         rowid: sa.ColumnClause[Any] = sa.literal_column("rowid")
         hits = (
             sa.select(
                 sa.literal_column("rowid").label("pk"),
-                (-sa.func.bm25(index, sa.literal_column("1.0"), sa.literal_column("0.0"))).label(
+                (-sa.func.bm25(fts, sa.literal_column("1.0"), sa.literal_column("0.0"))).label(
                     "score"
                 ),
             )
             .select_from(sa.table("memories_fts"))
-            .where(index.op("MATCH")(param))
+            .where(fts.op("MATCH")(param))
             .order_by(rowid.desc() if pool else None)
             .limit(sa.literal_column(str(pool or -1)))
             .subquery("hits")
