@@ -18,6 +18,7 @@ from mnemos.domain.queries import Audience, Filters, MemoryQuery, Order
 from mnemos.domain.recall import Recalled, SearchMode
 from mnemos.domain.search import parse_search
 from mnemos.storage.base import Store
+from mnemos.storage.search_plan import TermStats
 from tests.api.test_band_agent import listed
 from tests.api.test_band_agent import store as put
 from tests.world import Actor, World, agent_memory
@@ -43,6 +44,23 @@ def context(store: Store, actor: Actor) -> AgentContext:
 
 def filters(text: str) -> Filters:
     return Filters(search=parse_search(text, 500))
+
+
+def is_sqlite(store: Store) -> bool:
+    return store.__class__.__name__.startswith("Sqlite")
+
+
+def pool_pays(store: Store, monkeypatch: pytest.MonkeyPatch, min_share: float = 0.001) -> None:
+    """On PostgreSQL, a pool is cut only for a search its statistics call common enough
+    (`POOL_MIN_SHARE`): fresh statistics, and `min_share` as that bound."""
+    if is_sqlite(store):
+        return
+    from mnemos.storage import postgres
+
+    monkeypatch.setattr(postgres, "POOL_MIN_SHARE", min_share)
+    with store._write_engine.begin() as conn:  # type: ignore[attr-defined]
+        conn.exec_driver_sql("ANALYZE memories")
+    store._stats = None  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -115,11 +133,13 @@ def test_orders_and_stores_refuse_each_other(store: Store) -> None:
         store.rank_memories(replace(ranked, order=Order.NEWEST), limit=1)
 
 
-def test_a_pool_scores_only_the_newest_matches(store: Store, world: World) -> None:
+def test_a_pool_scores_only_the_newest_matches(
+    store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`rank_memories(pool=N)` (a hybrid search's keyword leg) ranks the newest N matches of
-    each audience where the backend cuts a pool (`_cuts_pool`: SQLite, on an agent's, room's or
-    organization's scope token; the cut comes before the filters), else every match; and every
-    match whenever the pool leaves fewer than `limit`."""
+    each audience where the backend cuts a pool (`_cuts_pool`: on an agent's, room's or
+    organization's scope token on SQLite, index on PostgreSQL; the cut comes before the
+    filters), else every match; and every match whenever the pool leaves fewer than `limit`."""
     owner = world.user("Pool", "pooling")
     agent = world.agent(owner)
     start = utcnow() - timedelta(hours=1)
@@ -134,6 +154,7 @@ def test_a_pool_scores_only_the_newest_matches(store: Store, world: World) -> No
     unrelated = agent_memory(agent, "coffee", start + timedelta(minutes=10))
     for batch in (older, newer, [archived, unrelated]):
         store.replace_memories(agent.tenant, batch, [], batch[0].inserted_at)
+    pool_pays(store, monkeypatch)
     agent_scope = (Scope.AGENT,)
     audiences = {
         "by agent": Audience(
@@ -160,8 +181,47 @@ def test_a_pool_scores_only_the_newest_matches(store: Store, world: World) -> No
             assert pooled == exact[:3]
         # Fewer than `limit` in the pool after the filters: every match is scored.
         assert store.rank_memories(query, limit=4, pool=4) == exact[:4]
-    sqlite = store.__class__.__name__.startswith("Sqlite")
-    assert store._cuts_pool(audiences["by agent"]) is sqlite  # type: ignore[attr-defined]
+    assert store._cuts_pool(audiences["by agent"]) is True  # type: ignore[attr-defined]
+    assert store._cuts_pool(audiences["by owner"]) is False  # type: ignore[attr-defined]
+
+
+def test_postgresql_walks_a_bounded_pool_for_a_common_word_only(
+    store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the pool is the matches among the owner's newest `pool / POOL_MIN_SHARE`
+    memories (its index walked newest first, never further), and only for a search that
+    matches at least `POOL_MIN_SHARE` of all memories by the statistics: a rarer one is
+    scored in full (its index bitmap is small)."""
+    if is_sqlite(store):
+        pytest.skip("SQLite cuts the pool inside FTS5, on the newest matches")
+    agent = world.agent(world.user("Walker", "walking"))
+    start = utcnow() - timedelta(hours=1)
+    best = agent_memory(agent, "tea tea tea tea tea", start)
+    weak = agent_memory(
+        agent, "a long note about plants, printers and, once, tea", start + timedelta(minutes=1)
+    )
+    unrelated = [
+        agent_memory(agent, f"coffee {i}", start + timedelta(minutes=2 + i)) for i in range(3)
+    ]
+    for batch in ([best], [weak], unrelated):
+        store.replace_memories(agent.tenant, batch, [], batch[0].inserted_at)
+    audience = Audience(
+        source_agent_id=uuid.UUID(agent.id), scopes=(Scope.AGENT,), tenant_id=agent.tenant
+    )
+    query = filters("tea").within((audience,), Order.RELEVANCE)
+    exact = [s.id for s in store.rank_memories(query, limit=2)]
+    assert exact == [best.id, weak.id]
+    # pool 2, at most 4 rows walked: the three newest and `weak`; `best` is a fifth.
+    from mnemos.storage import postgres
+
+    monkeypatch.setattr(postgres, "POOL_MIN_SHARE", 0.5)
+    monkeypatch.setattr(store, "_term_stats", lambda *_: TermStats(10, (5,)))
+    assert [s.id for s in store.rank_memories(query, limit=1, pool=2)] == [weak.id]
+    # Fewer than `limit` in the walked pool: every match is scored.
+    assert [s.id for s in store.rank_memories(query, limit=2, pool=2)] == exact
+    # Rarer than `POOL_MIN_SHARE` by the statistics: no pool.
+    monkeypatch.setattr(store, "_term_stats", lambda *_: TermStats(10, (4,)))
+    assert [s.id for s in store.rank_memories(query, limit=1, pool=2)] == [best.id]
 
 
 def subject_memory(agent: Actor, text: str, at: datetime, subject: Actor) -> Memory:

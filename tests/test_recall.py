@@ -28,6 +28,7 @@ from mnemos.errors import InvalidPagination
 from mnemos.indexer import drain
 from mnemos.storage import rows, sql, sql_vectors
 from mnemos.storage.base import Store
+from tests.test_ranking import pool_pays
 from tests.world import Actor, World, agent_memory, memory_body
 
 AISLE = "The customer prefers aisle seats on long flights."
@@ -858,10 +859,8 @@ def test_hybrid_ranks_words_among_the_newest_matches_only(
 ) -> None:
     """A hybrid search's keyword leg scores the newest `HYBRID_POOL` matches when they give it
     its `HYBRID_DEPTH`: a memory older than those gets its share of the score from its meaning
-    alone, however well its words match (a keyword search still ranks every match). On SQLite:
-    PostgreSQL scores every match (`_cuts_pool`: there a pool would not shorten the work)."""
-    if not store.__class__.__name__.startswith("Sqlite"):
-        pytest.skip("PostgreSQL scores every match of a hybrid's keyword leg")
+    alone, however well its words match (a keyword search still ranks every match). On
+    PostgreSQL, for a word its statistics call common (`pool_pays`)."""
     monkeypatch.setattr(recall, "HYBRID_POOL", 2)
     monkeypatch.setattr(recall, "HYBRID_DEPTH", 2)
     writer = acme["writer"]
@@ -869,6 +868,7 @@ def test_hybrid_ranks_words_among_the_newest_matches_only(
     for text in ["Tea once, in a note about the printer.", "A memo that names tea in passing."]:
         put(app_client, writer, text)
     drain(store, embedder)
+    pool_pays(store, monkeypatch)
 
     assert ids(search(app_client, writer, "tea", mode="keyword"))[0] == oldest
     meaning = ids(search(app_client, writer, "tea", mode="semantic"))[:2]
