@@ -58,6 +58,8 @@ ROWS: dict[str, dict[str, str]] = {
     },
     "hybrid 'harbor', one agent": {"query": "harbor"},
     "hybrid 'harbor', org-wide": {"query": "harbor", "memory_scope": "org"},
+    "hybrid 'marigold', one agent": {"query": "marigold"},
+    "hybrid 'marigold', org-wide": {"query": "marigold", "memory_scope": "org"},
 }
 
 
