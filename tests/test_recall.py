@@ -4,6 +4,7 @@ backend."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,6 +16,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from numpy.typing import NDArray
 
+from mnemos import indexer
 from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain import recall
@@ -907,3 +909,33 @@ def test_another_organizations_memories_about_a_person_leave_the_keyword_leg_alo
     drain(store, embedder)
     after = search(app_client, ours, "tea", **params)
     assert ids(after) == [mine] and after["data"][0]["score"] == pytest.approx(both_legs)
+
+
+def test_a_store_wakes_the_idle_embedding_worker(
+    settings: Settings,
+    store: Store,
+    embedder: Embedder,
+    acme: dict[str, Actor],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A memory stored while the worker idles is embedded at once, not at its next look at the
+    queue (here a minute away): the store's commit wakes its process's worker."""
+    monkeypatch.setattr(indexer, "IDLE_SECONDS", 60.0)
+    writer = acme["writer"]
+    with TestClient(create_app(settings, store, embedder)) as client:
+        put(client, writer, OTHERS[0])
+        _embedded_within(store, 30.0)  # the worker's first batch: it idles after this one
+        time.sleep(0.5)
+        put(client, writer, AISLE)
+        waited = _embedded_within(store, 10.0)
+        assert search(client, writer, mode="semantic", limit=1)["data"][0]["content"] == AISLE
+    assert waited < 10.0
+
+
+def _embedded_within(store: Store, seconds: float) -> float:
+    """Seconds until the embedding queue is empty (fails after `seconds`)."""
+    started = time.monotonic()
+    while store.vector_backlog() > 0:
+        assert time.monotonic() - started < seconds, "the queued memory was not embedded"
+        time.sleep(0.05)
+    return time.monotonic() - started

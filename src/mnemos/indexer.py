@@ -20,14 +20,17 @@ from mnemos.domain.recall import embed_pending
 
 log = logging.getLogger("mnemos")
 
-IDLE_SECONDS = 0.1  # how often an idle worker looks at the queue
+IDLE_SECONDS = 1.0
+"""How often an idle worker looks at the queue: for memories queued by other processes (their
+own workers are woken by their stores) or by `mnemos import`; this process's stores wake it at
+once (`VectorStore.on_queued`)."""
 ERROR_SECONDS = 2.0  # the pause after a failed batch (a down embedding service, a busy database)
 BATCH = 8
 """Memories embedded per batch: each batch is one short write transaction (SQLite's one writer
 is held for it) and ~10 ms of model time, so a store waiting behind the worker waits little; at
 this machine's ~100-400 texts/s a queue still drains far faster than clients store."""
 NICENESS = 10
-SWEEP_CHUNKS = 4
+SWEEP_CHUNKS = 8
 
 
 class Indexer:
@@ -45,17 +48,20 @@ class Indexer:
         self._embedder = embedder
         self.batch = batch
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by a commit of this process that queued memories
         self._thread: threading.Thread | None = None
         self._swept: tuple[uuid.UUID, str, int] | None = (
             None  # where the sweep of deleted vectors is
         )
 
     def start(self) -> None:
+        self.store.on_queued(self._wake.set)
         self._thread = threading.Thread(target=self._run, name="mnemos-indexer", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
 
@@ -78,11 +84,13 @@ class Indexer:
                 continue
             if done == 0:
                 self._sweep()
-                self._stop.wait(IDLE_SECONDS)
+                self._wake.wait(IDLE_SECONDS)
+                self._wake.clear()  # before the next look at the queue: no wake-up is lost
 
     def _sweep(self) -> None:
         """While idle, rewrite a few chunks without the vectors of deleted memories: the whole
-        layout is swept every `chunks / SWEEP_CHUNKS × IDLE_SECONDS` (1M memories: ~4 min)."""
+        layout is swept every `chunks / SWEEP_CHUNKS × IDLE_SECONDS` at most (1M memories: about
+        20 minutes; a removed memory's sealed copy is never answered meanwhile, only kept)."""
         try:
             self._swept = self.store.compact_vectors(self._swept, SWEEP_CHUNKS)
         except Exception:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -478,6 +478,12 @@ class VectorStore(Protocol):
         full-text search) whose `model` vectors are nearest to `vector`, best first, with their
         cosine similarity as the score. Every memory named is checked against the query in the
         database."""
+
+    @abc.abstractmethod
+    def on_queued(self, listener: Callable[[], object]) -> None:
+        """Call `listener` after each commit of this process that queued memories for embedding
+        (it must be quick: it runs in the writer's thread). Other processes' writes are not
+        seen: a worker still looks at the queue now and then."""
 
     @abc.abstractmethod
     def queue_for_model(self, model: str, batch: int) -> int:

@@ -55,7 +55,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         row = memory_values(memory)
         with self._write() as conn:
             conn.execute(memories.insert().values(**row))
-            self._note_subjects(conn, [row])
+            self._note_inserted(conn, [row])
             record(conn, [_created(memory, by)])
 
     def insert_memory_once(
@@ -90,7 +90,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             if claimed is not None:
                 values = memory_values(memory)
                 conn.execute(memories.insert().values(**values))
-                self._note_subjects(conn, [values])
+                self._note_inserted(conn, [values])
                 record(conn, [_created(memory, by)])
                 return memory.id, fingerprint
             row = conn.execute(sa.select(keys.memory_id, keys.fingerprint).where(mine)).one()
@@ -174,7 +174,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             if new:
                 rows = [memory_values(m) for m in new]
                 conn.execute(memories.insert(), rows)
-                self._note_subjects(conn, rows)
+                self._note_inserted(conn, rows)
                 record(conn, (_created(m, by) for m in new))
 
     # --- lists -----------------------------------------------------------------------------

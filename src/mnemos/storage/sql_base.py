@@ -113,6 +113,10 @@ def driver_connection(conn: Connection) -> Any:
     return raw
 
 
+QUEUED = "mnemos_queued"
+"""The key, in a connection's `info`, of the flag `SqlBase._note_inserted` sets."""
+
+
 class SqlBase(abc.ABC):
     """Engines, transactions and the few places where backends differ."""
 
@@ -134,6 +138,7 @@ class SqlBase(abc.ABC):
         self._write_engine = write_engine
         self._snapshot_engine = snapshot_engine or read_engine
         self._statements: dict[tuple[Any, ...], Any] = {}  # list SELECTs by query shape
+        self._queued_listeners: list[Callable[[], object]] = []  # `on_queued`
         self._pinned = threading.local()  # `.pin`: the transaction of a `snapshot()`, per thread
         self._route = threading.local()  # `.replica`: where this thread's `replica_read` runs
         self._replicas: ReplicaSet | None = None  # set by a backend that has replicas
@@ -296,10 +301,14 @@ class SqlBase(abc.ABC):
         """A write transaction on the primary. With replicas, a committed write then moves its
         tenant's mark (`mark=False`: tables that only the primary reads, written on hot paths)."""
         with self._guard(), self._write_engine.connect() as conn:
+            self._queued_commit(conn)  # a flag a failed transaction left on the connection
             with conn.begin():
                 yield conn
+                queued = self._queued_commit(conn)
             if mark and self._replicas is not None:
                 self._replicas.written(conn)
+        if queued:
+            self._tell_queued()
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -317,9 +326,29 @@ class SqlBase(abc.ABC):
 
     # --- the one delete path of memories ----------------------------------------------------
 
+    def _note_inserted(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+        """What every insert path of memories does beside the insert, in its transaction: note
+        the subjects' tenants, and that the transaction queued memories for embedding (a trigger
+        queues each inserted memory: migration 0010), for `_queued_commit`."""
+        self._note_subjects(conn, rows)
+        conn.info[QUEUED] = True
+
+    def _queued_commit(self, conn: Connection) -> bool:
+        """Whether the write transaction on `conn` queued memories (read once, before it ends)."""
+        return bool(conn.info.pop(QUEUED, False))
+
+    def _tell_queued(self) -> None:
+        """After a commit that queued memories: this process's listeners (its embedding worker
+        wakes up at once instead of at its next look at the queue)."""
+        for listener in self._queued_listeners:
+            listener()
+
+    def on_queued(self, listener: Callable[[], object]) -> None:
+        self._queued_listeners.append(listener)
+
     def _note_subjects(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
         """Record which tenants hold memories about which subjects (`subject_tenants`), for
-        inserted memory rows, in the caller's transaction: every insert path of memories."""
+        inserted memory rows, in the caller's transaction."""
         pairs = {(r["subject_id"], r["tenant_id"]) for r in rows if r["subject_id"] is not None}
         if pairs:
             values = [{"subject_id": s, "tenant_id": t} for s, t in sorted(pairs)]

@@ -181,7 +181,7 @@ class TuyaSql(SqlBase):
             ]
         rows = [{**memory_values(memory), "tuya_slot": slot} for memory, slot in new]
         conn.execute(memories.insert(), rows)
-        self._note_subjects(conn, rows)
+        self._note_inserted(conn, rows)
         created = HistoryEvent.CREATED
         history += [history_row(m.tenant_id, m.id, m.subject_id, created, by, now) for m, _ in new]
         record(conn, history)

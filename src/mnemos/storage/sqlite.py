@@ -335,7 +335,11 @@ class SqliteStore(SqlStore):
     def _write(self, *, mark: bool = True) -> Iterator[Connection]:  # noqa: ARG002 - no replicas
         # Writers of this process take turns on the one writer connection and share COMMITs.
         with self._guard(), self._writes.write() as conn:
+            self._queued_commit(conn)  # a flag a failed block left on the connection
             yield conn
+            queued = self._queued_commit(conn)
+        if queued:  # committed by now (with the group's other blocks)
+            self._tell_queued()
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:

@@ -1,0 +1,112 @@
+"""An idle server's embedding worker, versions side by side: the CPU a server spends while
+nobody calls it, and how long a stored memory takes to be found by meaning.
+
+    python -m bench.worker_wake --side before=/tmp/old --side after=. \\
+        --template sqlite=FILE --template postgresql=DATABASE --requests 30 --rounds 2
+
+Per backend, round and side (the order reversed every other round): a fresh copy of the
+template with its embedding queue emptied, served with the side's code (`mnemos serve
+--workers 1`, the local embedder); after the worker has loaded its model, the server's CPU
+(its processes' user + system time, from /proc) over `--idle` seconds without a request; then
+one client stores `--requests` memories one after the other, each followed by semantic searches
+for its own words every 5 ms until it is found (seconds from the store's answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench import sides as sides_
+from bench.run import AGENT, STORE_BODY, bench_port, database
+from bench.store_latency import IDLE_SETTLE_SECONDS, PREPARE
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its children that are still running."""
+    total = 0.0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICKS
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except FileNotFoundError:
+            continue
+        pids.extend(int(child) for child in children)
+    return total
+
+
+def side(backend: str, template: str, tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="mnemos-wake-"))
+    url, drop = database(backend, tmp, template)
+    server = None
+    port = bench_port(19900 + os.getpid() % 90)
+    try:
+        facts = json.loads(sides_.in_side(tree, PREPARE, url, "idle"))
+        server = sides_.serve(tree, url, port, MNEMOS_EMBEDDER="local")
+        time.sleep(IDLE_SETTLE_SECONDS)
+        used = cpu_seconds(server.pid)
+        time.sleep(args.idle)
+        idle = (cpu_seconds(server.pid) - used) / args.idle
+        found: list[float] = []
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": facts["key"]}, timeout=60
+        ) as http:
+            for i in range(args.requests):
+                words = f"wake {i} {uuid.uuid4().hex}"
+                body = json.loads(STORE_BODY.replace("%d %d", words))
+                stored = http.post(AGENT, json=body)
+                stored.raise_for_status()
+                memory_id, began = stored.json()["data"]["id"], time.perf_counter()
+                query = {"query": body["memory"]["content"], "mode": "semantic", "limit": 5}
+                while True:
+                    answer = http.get(f"{AGENT}/search", params=query).json()
+                    if any(row["id"] == memory_id for row in answer["data"]):
+                        break
+                    if time.perf_counter() - began > 30:
+                        raise RuntimeError("a stored memory was not found by meaning in 30 s")
+                    time.sleep(0.005)
+                found.append(time.perf_counter() - began)
+        return {
+            "idle CPU, share of a core": round(idle, 4),
+            "store to found by meaning s": {
+                f"p{p}": round(float(np.percentile(found, p)), 3) for p in (50, 95, 99)
+            },
+            "load average": [round(x, 2) for x in os.getloadavg()],
+        }
+    finally:
+        if server is not None:
+            sides_.stop(server)
+        drop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(
+    backend: str, template: str, sides: dict[str, Path], args: argparse.Namespace
+) -> dict[str, Any]:
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    for round_ in range(args.rounds):
+        for name in list(sides) if round_ % 2 == 0 else list(sides)[::-1]:
+            result = side(backend, template, sides[name], args)
+            found[name].append(result)
+            print(backend, name, result, file=sys.stderr, flush=True)
+    return found
+
+
+if __name__ == "__main__":
+    sides_.main(__doc__, run, requests=30, rounds=2, idle=20)
