@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -80,13 +79,10 @@ def phase(backend: str, template: str, tree: Path, requests: int, port: int) -> 
             "list ms": vectors.percentiles(spent["list"]),
             "backlog at start": facts["backlog"],
             "embedded per s meanwhile": round((before - after + requests + 5) / seconds, 1),
-            "load average": [round(x, 2) for x in os.getloadavg()],
+            "load average": sides_.load_average(),
         }
     finally:
-        if server is not None:
-            sides_.stop(server)
-        drop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        sides_.clean_up(server, drop, tmp)
 
 
 def run(

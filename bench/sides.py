@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -69,6 +70,19 @@ store.close()
 def backlog(url: str, tree: Path) -> int:
     """Memories waiting to be embedded in the database at `url`, read with the side's code."""
     return int(in_side(tree, BACKLOG, url))
+
+
+def load_average() -> list[float]:
+    """The machine's load averages (1, 5, 15 minutes), recorded with each run's figures."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def clean_up(server: subprocess.Popen[bytes] | None, drop: Callable[[], None], tmp: Path) -> None:
+    """Stop a side's server (if it started), drop its database copy and its files."""
+    if server is not None:
+        stop(server)
+    drop()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def median(values: list[float]) -> float:

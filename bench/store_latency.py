@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -98,13 +97,10 @@ def phase(
             "store ms": figures(spent),
             "backlog at start": facts["backlog"],
             "embedded per s meanwhile": round(embedded / seconds, 1),
-            "load average": [round(x, 2) for x in os.getloadavg()],
+            "load average": sides_.load_average(),
         }
     finally:
-        if server is not None:
-            sides_.stop(server)
-        drop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        sides_.clean_up(server, drop, tmp)
 
 
 def run(

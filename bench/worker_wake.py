@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -87,13 +86,10 @@ def side(backend: str, template: str, tree: Path, args: argparse.Namespace) -> d
             "store to found by meaning s": {
                 f"p{p}": round(float(np.percentile(found, p)), 3) for p in (50, 95, 99)
             },
-            "load average": [round(x, 2) for x in os.getloadavg()],
+            "load average": sides_.load_average(),
         }
     finally:
-        if server is not None:
-            sides_.stop(server)
-        drop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        sides_.clean_up(server, drop, tmp)
 
 
 def run(
