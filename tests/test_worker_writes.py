@@ -20,20 +20,21 @@ from mnemos.storage.base import Store
 from mnemos.storage.sql_base import SqlBase
 from tests.world import World, agent_memory
 
+WATCHED = [  # (name, event, table): a store queues, the worker claims, then saves
+    ("store", "INSERT", "vector_queue"),
+    ("claim", "UPDATE", "vector_queue"),
+    ("save", "INSERT", "memory_vectors"),
+]
 SQLITE_TRIGGERS = [
     "CREATE TABLE seen_settings (n INTEGER PRIMARY KEY, what TEXT, setting TEXT)",
     *(
         f"CREATE TRIGGER seen_{what} AFTER {event} ON {table} BEGIN INSERT INTO seen_settings "
         f"(what, setting) SELECT '{what}', synchronous FROM pragma_synchronous; END"
-        for what, event, table in [
-            ("store", "INSERT", "vector_queue"),
-            ("claim", "UPDATE", "vector_queue"),
-            ("save", "INSERT", "memory_vectors"),
-        ]
+        for what, event, table in WATCHED
     ),
 ]
 SQLITE_DROP = [
-    *(f"DROP TRIGGER seen_{what}" for what in ("store", "claim", "save")),
+    *(f"DROP TRIGGER seen_{what}" for what, _, _ in WATCHED),
     "DROP TABLE seen_settings",
 ]
 
@@ -45,22 +46,11 @@ POSTGRES_TRIGGERS = [
     *(
         f"CREATE TRIGGER seen_{what} AFTER {event} ON {table} "
         f"FOR EACH STATEMENT EXECUTE FUNCTION seen_setting('{what}')"
-        for what, event, table in [
-            ("store", "INSERT", "vector_queue"),
-            ("claim", "UPDATE", "vector_queue"),
-            ("save", "INSERT", "memory_vectors"),
-        ]
+        for what, event, table in WATCHED
     ),
 ]
 POSTGRES_DROP = [
-    *(
-        f"DROP TRIGGER seen_{what} ON {table}"
-        for what, table in [
-            ("store", "vector_queue"),
-            ("claim", "vector_queue"),
-            ("save", "memory_vectors"),
-        ]
-    ),
+    *(f"DROP TRIGGER seen_{what} ON {table}" for what, _, table in WATCHED),
     "DROP FUNCTION seen_setting()",
     "DROP TABLE seen_settings",
 ]
