@@ -19,7 +19,7 @@ from mnemos.domain.accounts import hash_key
 from mnemos.domain.ids import utcnow
 from mnemos.domain.memories import AgentListParams, MemoryService
 from mnemos.domain.models import Memory, MemoryType, Scope
-from mnemos.domain.queries import Filters
+from mnemos.domain.queries import Audience, Filters
 from mnemos.storage import alembic_config, migrate, open_store
 from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
@@ -414,3 +414,43 @@ def test_the_check_asks_about_the_best_candidates_first(
     few = MemoryService.agent_query(found, AgentListParams(), Filters(type=MemoryType.PROCEDURAL))
     assert [scored.id for scored in store.nearest_memories(few, probe, MODEL, 10)] == wanted
     assert asked[:2] == [10, RESCORE - 10]
+
+
+def test_a_persons_search_by_meaning_reads_every_tenant_about_them_and_nothing_else(
+    store: Store, world: World
+) -> None:
+    """A person's audience reaches every tenant holding memories about them (the blob reads
+    bind those tenants: one, several, a chunk and a tail): all their memories, and none about
+    someone else in the same tenants, however close (review7)."""
+    person, other = world.user("Subject", None), world.user("Someone", None)
+    rng = np.random.default_rng(7)
+    probe = unit(rng.standard_normal(DIMS).astype(np.float32))
+    about: dict[str, list[uuid.UUID]] = {"person": [], "other": []}
+    for org, count in (("t-a", 260), ("t-b", 3), ("t-c", 1)):
+        agent = world.agent(world.user("Writer", org))
+        assert agent.organization_id is not None
+        for name, subject, n in (("person", person, count), ("other", other, 5)):
+            made = [
+                agent_memory(
+                    agent,
+                    f"about {name} {i}",
+                    scope=Scope.SUBJECT,
+                    subject_id=uuid.UUID(subject.id),
+                    organization_id=uuid.UUID(agent.organization_id),
+                )
+                for i in range(n)
+            ]
+            store.replace_memories(agent.tenant, made, [], made[0].inserted_at)
+            ids = [memory.id for memory in made]
+            # someone else's are the closest of all
+            near = probe if name == "other" else rng.standard_normal(DIMS).astype(np.float32)
+            vectors = unit(np.stack([near + 0.01 * rng.standard_normal(DIMS) for _ in ids]))
+            for start in range(0, n, 100):
+                store.save_vectors(MODEL, ids[start : start + 100], vectors[start : start + 100])
+            about[name] += ids
+    audience = Audience(subject_id=uuid.UUID(person.id), scopes=(Scope.SUBJECT,))
+    query = Filters().within((audience,))
+    found = store.nearest_memories(query, probe, MODEL, 200)
+    assert len(found) == 200 and {s.id for s in found} <= set(about["person"])
+    everything = store.nearest_memories(query, probe, MODEL, 1000)
+    assert sorted(s.id for s in everything) == sorted(about["person"])

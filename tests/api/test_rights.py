@@ -235,3 +235,43 @@ def test_a_deleted_memory_leaves_no_vector_queue_entry(
     client.post("/api/v1/me/memories/erase", json={"confirm": True}, headers=ann.headers)
     with store._read() as conn:  # type: ignore[attr-defined]
         assert conn.execute(sa.select(vector_queue.c.memory_pk)).all() == []
+
+
+def test_both_exports_hold_every_tenants_memories_about_the_person_and_nothing_else(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """The exports bind the person's tenants as values (`read_tenants_of`): memories about them
+    from their organization, two others and an agent whose owner has none, in batches across
+    tenants; nothing about someone else, even in those tenants or by their own agent (review7)."""
+    from mnemos.api.app import build_services
+    from mnemos.config import Settings
+
+    ann, bob, ann_bot, _bob_bot = _people(world)
+    writers = [
+        ann_bot,
+        world.agent(world.user("Cy", "org-b")),
+        world.agent(world.user("Di", "org-c")),
+        world.agent(world.user("Ed")),  # no organization: Ed's own tenant
+    ]
+    about_ann = {
+        _store_about(client, w, ann, f"ann {i} by {n}")
+        for n, w in enumerate(writers)
+        for i in range(3)
+    }
+    for n, writer in enumerate(writers):
+        _store_about(client, writer, bob, f"bob by {n}")
+    rights = build_services(Settings(), store).rights
+    ctx = rights.person(uuid.UUID(ann.id))
+    paged = [str(item.memory.id) for batch in rights.export(ctx, batch=2) for item in batch]
+    assert sorted(paged) == sorted(about_ann)
+    encoded = [
+        json.loads(line)["id"] for line in b"".join(encoded_lines_of(rights, ctx)).splitlines()
+    ]
+    assert sorted(encoded) == sorted(about_ann)
+    assert sorted(line["id"] for line in _export(client, ann)) == sorted(about_ann)
+
+
+def encoded_lines_of(rights: Any, ctx: Any) -> list[bytes]:
+    from mnemos.api.rights import encoded_lines
+
+    return list(encoded_lines(rights.export_encoded(ctx, batch=2)))

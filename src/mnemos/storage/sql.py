@@ -347,7 +347,10 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
     def _ranked(
         self, conn: Connection, query: MemoryQuery, params: dict[str, Any], pool: int | None
     ) -> list[Scored]:
-        shape = (*self._shape("rank", query, params), pool)
+        # Which audiences are cut is part of the shape: the parameters' names do not always
+        # tell it (PostgreSQL cuts an organization's audience of one scope only).
+        cuts = None if pool is None else tuple(self._cuts_pool(a) for a in query.audiences)
+        shape = (*self._shape("rank", query, params), pool, cuts)
         statement = self._statements.get(shape)
         if statement is None:
             statement = self._ranked_statement(query, pool)
