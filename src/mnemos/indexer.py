@@ -53,6 +53,7 @@ class Indexer:
         self._swept: tuple[uuid.UUID, str, int] | None = (
             None  # where the sweep of deleted vectors is
         )
+        self._next_sweep = 0.0  # time.monotonic() of the next sweep
 
     def start(self) -> None:
         self.store.on_queued(self._wake.set)
@@ -84,7 +85,12 @@ class Indexer:
                 self._stop.wait(ERROR_SECONDS)
                 continue
             if done == 0:
-                self._sweep()
+                # At most once a look's interval, however often stores wake the worker (at 20
+                # stores a second it swept after each: review7).
+                now = time.monotonic()
+                if now >= self._next_sweep:
+                    self._next_sweep = now + IDLE_SECONDS
+                    self._sweep()
                 self._wake.wait(IDLE_SECONDS)
                 self._wake.clear()  # before the next look at the queue: no wake-up is lost
 
