@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from psycopg.types.string import TextLoader
 from sqlalchemy.engine import Dialect
 
 from mnemos.domain.models import EncodedBatch
@@ -36,6 +37,9 @@ PIPELINED_EXPORTS = 2
 """Exports at once per store that read ahead: each holds a connection from its first batch to
 its last, whatever the pace of its reader. The others read batch by batch (a connection per
 batch), so slow downloads cannot take the pool from everyone else."""
+
+
+KEPT_AS_TEXT = ("uuid", "timestamptz")
 
 
 class Statements:
@@ -107,5 +111,9 @@ def _send(
     if not tenants:
         return None
     cursor = raw.cursor()
+    # The keyset's id and time as their text: no UUID or datetime built per row (only the last
+    # row's are used, bound back as text of the same session).
+    for name in KEPT_AS_TEXT:
+        cursor.adapters.register_loader(name, TextLoader)
     cursor.execute(statements.batch[after is None], about_params(subject, tenants, after, limit))
     return cursor
