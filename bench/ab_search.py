@@ -7,6 +7,9 @@ search of each side in alternation, so both sides see the same load at the same 
 
     python -m bench.ab_search --side before=/tmp/old --side after=. \\
         --template postgresql=DATABASE --template sqlite=FILE --requests 60
+
+The same tree may be two sides that differ in a setting of their servers:
+`--side one=. --side two=. --side-env one=MNEMOS_EMBEDDER_THREADS=1 --side-env two=...=2`.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def run(
             drops.append(drop)
             key = json.loads(sides_.in_side(tree, PREPARE, url))["key"]
             port = bench_port(19100 + os.getpid() % 500) + index
-            servers.append(sides_.serve(tree, url, port))
+            servers.append(sides_.serve(tree, url, port, **args.side_envs[name]))
             bases[name] = (f"http://127.0.0.1:{port}", key)
         found: dict[str, Any] = {}
         clients = {

@@ -105,10 +105,24 @@ def main(doc: str | None, run: Run, **counts: int) -> None:
     parser.add_argument("--template", action="append", required=True, metavar="BACKEND=SOURCE")
     for name, default in counts.items():
         parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument(
+        "--side-env",
+        action="append",
+        default=[],
+        metavar="NAME=VARIABLE=VALUE",
+        help="an environment variable for one side's server (the same tree may be two sides)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     sides = {item.split("=", 1)[0]: Path(item.split("=", 1)[1]).resolve() for item in args.side}
-    results: dict[str, Any] = {"sides": {name: str(tree) for name, tree in sides.items()}}
+    args.side_envs = {name: {} for name in sides}
+    for item in args.side_env:
+        name, variable, value = item.split("=", 2)
+        args.side_envs[name][variable] = value
+    results: dict[str, Any] = {
+        "sides": {name: str(tree) for name, tree in sides.items()},
+        "side environments": args.side_envs,
+    }
     for item in args.template:
         backend, source = item.split("=", 1)
         load = os.getloadavg()

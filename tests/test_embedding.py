@@ -169,6 +169,20 @@ def test_the_worker_s_embedder_runs_on_the_calling_thread_only(local: LocalEmbed
     assert _cpu_ticks_of_other_threads(local, texts) > 2
 
 
+def test_by_default_a_query_is_embedded_on_its_request_s_thread_alone(tmp_path: Path) -> None:
+    """A query is one short model run: on this machine one thread embeds it faster than two,
+    at every load measured (bench/results/2026-12-04/threads7/). So by default the requests'
+    session uses none of onnxruntime's pool threads, and the worker shares that session (its
+    runs stay on its niced thread): one session per process, not two."""
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("needs Linux /proc")
+    embedder = embedder_from_settings(Settings(embedder_cache_dir=tmp_path))
+    assert isinstance(embedder, LocalEmbedder)
+    assert worker_embedder(embedder)() is embedder
+    texts = [f"{question} ({i})" for i in range(12) for question, _ in PARAPHRASES]
+    assert _cpu_ticks_of_other_threads(embedder, texts) <= 2
+
+
 def test_local_starts_without_the_network(tmp_path: Path) -> None:
     """In a fresh interpreter whose sockets refuse to connect, with nothing cached yet, the
     model is derived, loads and embeds."""

@@ -932,6 +932,21 @@ def test_a_store_wakes_the_idle_embedding_worker(
     assert waited < 10.0
 
 
+def test_a_listener_taken_off_is_not_told_of_later_stores(
+    store: Store, acme: dict[str, Actor]
+) -> None:
+    """`off_queued` undoes `on_queued` (a stopped worker's wake-up is not kept by the store)."""
+    told: list[str] = []
+    kept, removed = (lambda: told.append("kept")), (lambda: told.append("removed"))
+    store.on_queued(kept)
+    store.on_queued(removed)
+    store.off_queued(removed)
+    store.insert_memory(stored_directly([AISLE], acme["writer"])[0])
+    store.off_queued(kept)
+    store.insert_memory(stored_directly([OTHERS[0]], acme["writer"])[0])
+    assert told == ["kept"]
+
+
 def _embedded_within(store: Store, seconds: float) -> float:
     """Seconds until the embedding queue is empty (fails after `seconds`)."""
     started = time.monotonic()

@@ -86,8 +86,10 @@ class Settings(BaseSettings):
     embedder_dimensions: int = Field(default=0, ge=0, le=8192)
     # Seconds one call to the embeddings endpoint may take.
     embedder_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
-    # CPU threads the local embedder uses per process (shared by all requests of the process).
-    embedder_threads: int = Field(default=2, ge=1, le=64)
+    # CPU threads one run of the local embedder may use (a search's query is one run). One: a
+    # short text is faster on its request's own thread than split over onnxruntime's pool, and
+    # the embedding worker then shares the requests' session (docs/decisions.md, "One thread").
+    embedder_threads: int = Field(default=1, ge=1, le=64)
     # Where the local embedder keeps the model it derives from the packaged weights at its first
     # start (mnemos.embedding.integer); unset: $XDG_CACHE_HOME/mnemos or ~/.cache/mnemos.
     embedder_cache_dir: Path | None = None

@@ -60,6 +60,7 @@ class Indexer:
         self._thread.start()
 
     def stop(self) -> None:
+        self.store.off_queued(self._wake.set)  # a store outlives its apps (tests build several)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:

@@ -489,6 +489,10 @@ class VectorStore(Protocol):
         seen: a worker still looks at the queue now and then."""
 
     @abc.abstractmethod
+    def off_queued(self, listener: Callable[[], object]) -> None:
+        """Stop calling `listener` (given to `on_queued`; nothing if it is not there)."""
+
+    @abc.abstractmethod
     def queue_for_model(self, model: str, batch: int) -> int:
         """Queue every memory with no vector of `model` (none yet, or another model's), `batch`
         memories per transaction, and drop the search layout of other models; how many

@@ -28,7 +28,7 @@ def load_embedder(
     api_key: str = "",
     dimensions: int = 0,
     timeout_seconds: float = 10.0,
-    threads: int = 2,
+    threads: int = 1,
     cache_dir: Path | None = None,
 ) -> Embedder | None:
     """The embedder `spec` names: `"local"`, `"none"` (None: keyword search only) or a URL.

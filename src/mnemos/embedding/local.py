@@ -47,7 +47,7 @@ class LocalEmbedder:
     model = MODEL
     dimensions = DIMENSIONS
 
-    def __init__(self, threads: int = 2, cache_dir: Path | None = None) -> None:
+    def __init__(self, threads: int = 1, cache_dir: Path | None = None) -> None:
         self._tokenizer = WordPiece.bundled(MAX_TOKENS)
         self._cache_dir = cache_dir
         self._session = _session(derived_model(_weights(), WEIGHTS_SHA256, cache_dir), threads)

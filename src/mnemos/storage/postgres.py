@@ -37,8 +37,8 @@ from mnemos.storage.schema import memories
 from mnemos.storage.search_plan import TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
 from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, Keys, driver_connection
+from mnemos.storage.sql_conditions import narrowest_owner
 from mnemos.storage.sql_vectors import BLOB_READS
-from mnemos.storage.sqlite import scope_column
 
 
 def tsquery(search: SearchQuery) -> str:
@@ -239,7 +239,7 @@ class PostgresStore(SqlStore):
         # The pool is walked on the owner's index newest first (`_search_rank`): an agent's or
         # a room's, or an organization's with one scope (its index orders by scope first). As on
         # SQLite, never a subject's (every tenant's memories about a person) nor no owner's.
-        column = scope_column(audience)
+        column = narrowest_owner(audience)
         if column == "organization_id":
             return audience.scopes is not None and len(audience.scopes) == 1
         return column in WALKED_OWNERS
@@ -275,7 +275,7 @@ class PostgresStore(SqlStore):
         if pool is None:
             return memories, _search_column().op("@@")(terms), score
         walked = memories.alias("walked")
-        column = scope_column(audience)
+        column = narrowest_owner(audience)
         assert column is not None  # `_cuts_pool`
         owner = [walked.c[column] == sa.bindparam(f"a{index}_{column}")]
         if column == "organization_id":  # ix_memories_org_order: (organization_id, scope, ...)

@@ -346,6 +346,10 @@ class SqlBase(abc.ABC):
     def on_queued(self, listener: Callable[[], object]) -> None:
         self._queued_listeners.append(listener)
 
+    def off_queued(self, listener: Callable[[], object]) -> None:
+        # A new list, not an edit in place: a commit may be calling the listeners meanwhile.
+        self._queued_listeners = [known for known in self._queued_listeners if known != listener]
+
     def _note_subjects(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
         """Record which tenants hold memories about which subjects (`subject_tenants`), for
         inserted memory rows, in the caller's transaction."""

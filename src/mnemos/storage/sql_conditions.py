@@ -21,6 +21,20 @@ from mnemos.storage.schema import agents, chat_participants, memories, subject_t
 
 M = memories.c
 
+OWNERS = ("source_agent_id", "subject_id", "chat_room_id", "organization_id")
+"""A memory's owner columns (the same names on `Audience`), narrowest first: the order in which
+SQLite's scope tokens (`sqlite.SCOPE_TOKENS`) and the vector layout's owner keys
+(`sql_vectors.OWNER_COLUMNS`) name them, and in which `narrowest_owner` looks."""
+
+
+def narrowest_owner(audience: Audience) -> str | None:
+    """The narrowest owner column an audience pins (`OWNERS`), if any: the owner whose index
+    or token a search of this audience walks."""
+    for column in OWNERS:
+        if getattr(audience, column) is not None:
+            return column
+    return None
+
 
 def tenants_of(subject: Any) -> sa.Select[Any]:
     """The tenants holding memories about `subject` (a value or a bound parameter)."""

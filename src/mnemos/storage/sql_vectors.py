@@ -43,7 +43,7 @@ from mnemos.storage.schema import (
     vector_tail,
 )
 from mnemos.storage.sql_base import EVERY_TENANT, SqlBase
-from mnemos.storage.sql_conditions import tenants_of
+from mnemos.storage.sql_conditions import OWNERS, tenants_of
 from mnemos.storage.vector_codes import (
     best,
     first_pass,
@@ -70,13 +70,9 @@ MIN_PASSED = 0.5
 """When fewer than this share of the rescored candidates asked about pass the query's filters,
 the search ranks again among only the memories the query holds (its filters keep few of the
 owners')."""
-OWNER_COLUMNS = (
-    ("source_agent_id", "a"),
-    ("subject_id", "s"),
-    ("chat_room_id", "r"),
-    ("organization_id", "o"),
-)
-"""Each owner column of a memory and the prefix of its owner key, narrowest first."""
+OWNER_COLUMNS = tuple(zip(OWNERS, ("a", "s", "r", "o"), strict=True))
+"""Each owner column of a memory (`sql_conditions.OWNERS`, narrowest first) and the prefix of
+its owner key."""
 SCOPE_LETTERS = {Scope.AGENT: "a", Scope.SUBJECT: "s", Scope.ORGANIZATION: "o"}
 """The letter of a memory's scope in its owner keys."""
 

@@ -38,6 +38,7 @@ from mnemos.storage.sql_base import (
     Keys,
     driver_connection,
 )
+from mnemos.storage.sql_conditions import OWNERS, narrowest_owner
 from mnemos.storage.sql_vectors import BLOB_READS
 from mnemos.storage.watchdog import Watchdog
 
@@ -60,30 +61,17 @@ def fts5_query(search: SearchQuery, audience: Audience | None = None) -> str:
     return f'{expression} AND {{scope}} : "{token}"' if token else expression
 
 
-SCOPE_TOKENS = (
-    ("source_agent_id", "zzag"),
-    ("subject_id", "zzsub"),
-    ("chat_room_id", "zzroom"),
-    ("organization_id", "zzorg"),
-)
-"""The search-token rule: each owner column of a memory (the same name on `Audience`) is indexed
-in the FTS `scope` column as its prefix followed by the UUID's 32 hex digits; narrowest first.
+SCOPE_TOKENS = tuple(zip(OWNERS, ("zzag", "zzsub", "zzroom", "zzorg"), strict=True))
+"""The search-token rule: each owner column of a memory (`sql_conditions.OWNERS`, narrowest
+first) is indexed in the FTS `scope` column as its prefix followed by the UUID's 32 hex digits.
 Migrations 0005 (triggers) and 0008 (refill) wrote it out in SQL before this constant existed:
 `tests/test_sqlite_scope_tokens.py` checks that they agree with it. A new migration that indexes
 scope tokens takes its SQL from `scope_tokens_sql`."""
 
 
-def scope_column(audience: Audience) -> str | None:
-    """The narrowest owner column an audience pins that has a scope token (`SCOPE_TOKENS`)."""
-    for column, _ in SCOPE_TOKENS:
-        if getattr(audience, column) is not None:
-            return column
-    return None
-
-
 def scope_token(audience: Audience) -> str | None:
     """The FTS token of the narrowest owner an audience pins (see `SCOPE_TOKENS`)."""
-    column = scope_column(audience)
+    column = narrowest_owner(audience)
     if column is None:
         return None
     return str(dict(SCOPE_TOKENS)[column] + getattr(audience, column).hex)
@@ -404,7 +392,7 @@ class SqliteStore(SqlStore):
         # entries are every tenant's: another tenant's writes would fill the pool, so every
         # match is scored there. The audience's other conditions apply after the cut
         # (`SqlStore.rank_memories` scores every match when they leave too few).
-        return scope_column(audience) not in (None, "subject_id")
+        return narrowest_owner(audience) not in (None, "subject_id")
 
     def _search_rank(
         self,
