@@ -9,7 +9,9 @@ then, on a fresh copy for each:
   PostgreSQL, first, `EXPLAIN (ANALYZE, BUFFERS)` of each in a transaction rolled back: per-row
   triggers and foreign-key checks show there);
 - the export through `RightsService.export_encoded` and `api.rights.encoded_lines`: the time in
-  the database's statement, in reading its rows, and in building the lines.
+  the database's statement, in reading its rows, and in building the lines. On PostgreSQL the
+  export's statements run on the driver's connection, pipelined (`storage/pg_export.py`):
+  SQLAlchemy does not see them, so `statement_seconds` is 0 and the whole time is the export's.
 
 Prints one JSON object (`--out` writes it too).
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -275,3 +276,33 @@ def encoded_lines_of(rights: Any, ctx: Any) -> list[bytes]:
     from mnemos.api.rights import encoded_lines
 
     return list(encoded_lines(rights.export_encoded(ctx, batch=2)))
+
+
+def test_a_download_cut_short_closes_its_export_in_a_thread() -> None:
+    """`in_threads` closes the chunks of a response that ends early, off the event loop: the
+    encoded export holds a connection and a batch in flight until it is closed."""
+    import threading
+
+    import anyio
+
+    from mnemos.api.rights import in_threads
+
+    closed_in: list[threading.Thread] = []
+
+    def chunks() -> Iterator[bytes]:
+        try:
+            yield b"one"
+            yield b"two"
+        finally:
+            closed_in.append(threading.current_thread())
+
+    source = chunks()  # kept: only `in_threads` may close it
+
+    async def download_one_chunk() -> None:
+        stream = in_threads(source, anyio.CapacityLimiter(1))
+        assert await stream.__anext__() == b"one"
+        await stream.aclose()  # type: ignore[attr-defined]
+
+    anyio.run(download_one_chunk)
+    assert len(closed_in) == 1
+    assert closed_in[0] is not threading.main_thread()

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 import orjson
-from anyio import CapacityLimiter, to_thread
+from anyio import CancelScope, CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, StrictBool
 from starlette.responses import StreamingResponse
@@ -150,12 +150,22 @@ async def rights_threads(request: Request) -> CapacityLimiter:
 
 
 async def in_threads(chunks: Iterator[bytes], threads: CapacityLimiter) -> AsyncIterator[bytes]:
-    """Each chunk computed in one of `threads` (Starlette would use the request threads)."""
-    while True:
-        chunk = await to_thread.run_sync(next, chunks, None, limiter=threads)
-        if chunk is None:
-            return
-        yield chunk
+    """Each chunk computed in one of `threads` (Starlette would use the request threads). A
+    response ended early (the download cancelled) closes `chunks` in one of them too: an
+    export may hold a database connection, and closing it waits for the batch in flight."""
+    finished = False
+    try:
+        while True:
+            chunk = await to_thread.run_sync(next, chunks, None, limiter=threads)
+            if chunk is None:
+                finished = True
+                return
+            yield chunk
+    finally:
+        close = getattr(chunks, "close", None)
+        if not finished and close is not None:
+            with CancelScope(shield=True):
+                await to_thread.run_sync(close, limiter=threads)
 
 
 # --- people ------------------------------------------------------------------------------------

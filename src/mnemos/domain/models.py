@@ -266,9 +266,8 @@ class EncodedBatch:
     """A batch of an export as the database wrote it (no domain object per memory): per memory,
     one JSON object, the memory in the wire form of `Memory` with its `"history"` (the wire form
     of its `Change`s) last, and the key of its owners (for display names); `owners` maps each
-    key of the batch to its subject, source agent and chat room; `after` continues the export."""
+    key of the batch to its subject, source agent and chat room."""
 
     lines: list[str]
     keys: list[str]
     owners: dict[str, Owners]
-    after: Any

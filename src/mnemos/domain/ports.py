@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -219,11 +219,14 @@ class RightsStore(Protocol):
 
     @abc.abstractmethod
     def memories_about_encoded(
-        self, subject_id: uuid.UUID, *, after: Any, limit: int
-    ) -> EncodedBatch:
-        """`memories_about` for an export, encoded by the database: up to `limit` memories (each
-        one JSON object with its history, and the key of its owners), in the same order,
-        continuing after the `after` of the previous batch (None: the first)."""
+        self, subject_id: uuid.UUID, *, limit: int
+    ) -> Generator[EncodedBatch, None, None]:
+        """`memories_about` for an export, encoded by the database: every memory about
+        `subject_id` (each one JSON object with its history, and the key of its owners), in the
+        same order and batches of up to `limit`, no batch empty. Each batch is read as
+        `memories_about` reads one (keyset after the previous batch's last memory). A backend
+        may read the next batch while the caller handles this one: close the generator (or run
+        it out) to release what it holds."""
 
     @abc.abstractmethod
     def erase_subject(self, erasure: Erasure) -> int:

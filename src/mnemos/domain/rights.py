@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -91,19 +92,14 @@ class RightsService:
     ) -> Iterator[tuple[EncodedBatch, dict[Owners, dict[str, Any]]]]:
         """`export` as the database encodes it (the fast path of NDJSON exports): per batch, the
         memories' and histories' JSON, and the display names per owners of the batch. Lazy."""
-        after: Any = None
         shown: dict[Owners, dict[str, Any]] = {}  # few distinct owners: kept for the export
-        while True:
-            found = self.store.memories_about_encoded(ctx.user.id, after=after, limit=batch)
-            if not found.lines:
-                return
-            new = set(found.owners.values()).difference(shown)
-            if new:
-                shown |= self.human.display_by_owners(ctx, new)
-            yield found, shown
-            if len(found.lines) < batch:
-                return
-            after = found.after
+        # Closed with this generator (an abandoned download): the store may hold a connection.
+        with closing(self.store.memories_about_encoded(ctx.user.id, limit=batch)) as batches:
+            for found in batches:
+                new = set(found.owners.values()).difference(shown)
+                if new:
+                    shown |= self.human.display_by_owners(ctx, new)
+                yield found, shown
 
     def erase(self, ctx: UserContext, by: ChangedBy) -> Erasure:
         """Erase every memory about the person, every status, and its history, in one

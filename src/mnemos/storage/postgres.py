@@ -14,20 +14,23 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Delete, Insert
 
+from mnemos.domain.models import EncodedBatch
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
-from mnemos.errors import SearchTooExpensive
+from mnemos.errors import SearchTooExpensive, StorageUnavailable
+from mnemos.storage.pg_export import PIPELINED_EXPORTS, Statements, pipelined_batches
 from mnemos.storage.replicas import replica_set
 from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
@@ -201,6 +204,8 @@ class PostgresStore(SqlStore):
         )
         self._stats: tuple[float, LexemeStats] | None = None
         self._stats_lock = threading.Lock()
+        self._read_ahead = threading.BoundedSemaphore(PIPELINED_EXPORTS)  # exports at once
+        self._export_sql: Statements | None = None
         super().__init__(
             read_engine=reads,
             write_engine=engine,
@@ -397,6 +402,24 @@ class PostgresStore(SqlStore):
     def close(self) -> None:
         super().close()
         self._search_engine.dispose()
+
+    def memories_about_encoded(
+        self, subject_id: uuid.UUID, *, limit: int
+    ) -> Generator[EncodedBatch, None, None]:
+        # Pipelined on one connection held for the export (`pg_export`), by a few at once.
+        if not self._read_ahead.acquire(blocking=False):
+            yield from super().memories_about_encoded(subject_id, limit=limit)
+            return
+        try:
+            with self._read() as conn:
+                if self._export_sql is None:
+                    self._export_sql = Statements(conn.dialect)
+                raw = driver_connection(conn)
+                yield from pipelined_batches(raw, self._export_sql, subject_id, limit)
+        except psycopg.OperationalError as exc:  # `_guard`'s, for the driver's own errors
+            raise StorageUnavailable(details={"reason": str(exc)[:200]}) from exc
+        finally:
+            self._read_ahead.release()
 
     def _delete_counted(self, conn: Connection, statement: Delete) -> tuple[int, Keys]:
         # The deleted keys gathered by the database, one array per tenant: no row per memory

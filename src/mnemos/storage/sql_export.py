@@ -14,7 +14,7 @@ import dataclasses
 import json
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -167,26 +167,55 @@ def about_statement(dialect: str, *, first: bool) -> sa.TextClause:
     )
 
 
+_STATEMENTS: dict[str, dict[bool, sa.TextClause]] = {}
+
+
+def encoded_statements(dialect: str) -> dict[bool, sa.TextClause]:
+    """`about_statement` in `dialect`, for the first batch (True) and the next ones, built once."""
+    found = _STATEMENTS.get(dialect)
+    if found is None:
+        found = _STATEMENTS[dialect] = {
+            first: about_statement(dialect, first=first) for first in (True, False)
+        }
+    return found
+
+
+Key = tuple[Any, Any, Any]
+"""A memory's place in the export's order (scope, inserted_at, id): the next batch's start."""
+
+
+def about_params(
+    subject: uuid.UUID, tenants: list[Any], after: Key | None, limit: int
+) -> dict[str, Any]:
+    """The parameters of `about_statement` (`first=after is None`)."""
+    params: dict[str, Any] = {"subject": subject, "limit": limit, "tenants": tenants}
+    if after is not None:
+        params |= dict(zip(("after_scope", "after_at", "after_id"), after, strict=True))
+    return params
+
+
 def read_batch(
     conn: Connection,
     statements: dict[bool, sa.TextClause],
     subject: uuid.UUID,
-    after: Any,
+    after: Key | None,
     limit: int,
-) -> EncodedBatch:
-    """Read one encoded batch; `after` is the previous batch's (None: the first). Per row, only
-    its line and its owners' key are kept: no value is parsed or built per memory."""
+) -> tuple[EncodedBatch, Key | None]:
+    """Read one encoded batch after `after` (None: the first), and its last memory's key."""
     tenants = read_tenants_of(conn, subject)
     if not tenants:
-        return EncodedBatch([], [], {}, None)
-    params: dict[str, Any] = {"subject": subject, "limit": limit, "tenants": tenants}
-    if after is not None:
-        params |= dict(zip(("after_scope", "after_at", "after_id"), after, strict=True))
-    rows = conn.execute(statements[after is None], params).all()
+        return EncodedBatch([], [], {}), None
+    rows = conn.execute(statements[after is None], about_params(subject, tenants, after, limit))
+    return encoded_batch(subject, rows.all())
+
+
+def encoded_batch(subject: uuid.UUID, rows: Sequence[Any]) -> tuple[EncodedBatch, Key | None]:
+    """The batch of `about_statement`'s rows, and its last memory's key. Per row, only its line
+    and its owners' key are kept: no value is parsed or built per memory."""
     keys = [row[3] for row in rows]
     owners = {key: _owners(subject, key) for key in set(keys)}
-    last = tuple(rows[-1][:3]) if rows else None
-    return EncodedBatch([row[4] for row in rows], keys, owners, last)
+    last = (rows[-1][0], rows[-1][1], rows[-1][2]) if rows else None
+    return EncodedBatch([row[4] for row in rows], keys, owners), last
 
 
 def _owners(subject: uuid.UUID, key: str) -> Owners:

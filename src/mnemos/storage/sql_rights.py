@@ -4,7 +4,7 @@ and retention."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,7 +39,7 @@ from mnemos.storage.schema import (
 )
 from mnemos.storage.sql_base import SqlBase
 from mnemos.storage.sql_conditions import in_tenants, read_tenants_of
-from mnemos.storage.sql_export import about_statement, read_batch
+from mnemos.storage.sql_export import Key, encoded_statements, read_batch
 
 M = memories.c
 H = memory_history.c
@@ -62,7 +62,6 @@ _ABOUT_FIRST = _ABOUT.order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 _ABOUT_NEXT = _ABOUT.where(_AFTER).order_by(*_ABOUT_ORDER).limit(sa.bindparam("limit"))
 
 
-_ENCODED: dict[str, dict[bool, sa.TextClause]] = {}  # per dialect: first batch, next batch
 _ACTOR_TYPES = {member.value: member for member in ActorType}
 _EVENTS = {member.value: member for member in HistoryEvent}
 
@@ -90,15 +89,18 @@ class RightsSql(SqlBase):
             return [to_memory(row) for row in conn.execute(statement, params)]
 
     def memories_about_encoded(
-        self, subject_id: uuid.UUID, *, after: Any, limit: int
-    ) -> EncodedBatch:
-        with self._read() as conn:
-            dialect = conn.dialect.name
-            if dialect not in _ENCODED:
-                _ENCODED[dialect] = {
-                    first: about_statement(dialect, first=first) for first in (True, False)
-                }
-            return read_batch(conn, _ENCODED[dialect], subject_id, after, limit)
+        self, subject_id: uuid.UUID, *, limit: int
+    ) -> Generator[EncodedBatch, None, None]:
+        # A connection per batch: none is held while the caller handles a batch.
+        after: Key | None = None
+        while True:
+            with self._read() as conn:
+                statements = encoded_statements(conn.dialect.name)
+                found, after = read_batch(conn, statements, subject_id, after, limit)
+            if found.lines:
+                yield found
+            if len(found.lines) < limit:
+                return
 
     def erase_subject(self, erasure: Erasure) -> int:
         subject = erasure.subject_id
