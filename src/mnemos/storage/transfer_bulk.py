@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from mnemos.storage.sql_base import driver_connection
-from mnemos.storage.sqlite import INDEX_REFILL_SQL, INDEX_TRIGGER
+from mnemos.storage.sqlite import INDEX_REFILL, INDEX_TRIGGER
 from mnemos.storage.transfer import TransferError
 from mnemos.storage.transfer_values import tuples
 
@@ -41,14 +41,14 @@ BATCH_ROWS = 10_000
 MAINTENANCE_MEMORY = "256MB"  # PostgreSQL: sort memory for the index builds after the load
 SQLITE_CACHE_KIB = 262_144  # SQLite: page cache for the load (the default 2 MiB spills to disk)
 
-REPLAYED = {
-    INDEX_TRIGGER: INDEX_REFILL_SQL,
+REPLAYED: dict[str, tuple[str, ...]] = {
+    INDEX_TRIGGER: INDEX_REFILL,
     "memories_vector_queue": (
-        "INSERT INTO vector_queue (tenant_id, memory_pk) SELECT tenant_id, pk FROM memories"
+        "INSERT INTO vector_queue (tenant_id, memory_pk) SELECT tenant_id, pk FROM memories",
     ),
 }
-"""Triggers set aside for the load, by name, and the statement that does for every loaded row
-what the trigger does for one: fill SQLite's FTS5 index (`sqlite.INDEX_REFILL_SQL`), queue every
+"""Triggers set aside for the load, by name, and the statements that do for every loaded row
+what the trigger does for one: fill SQLite's FTS5 index (`sqlite.INDEX_REFILL`), queue every
 memory for embedding (migration 0010). A test compares the result with a row-by-row import."""
 
 
@@ -224,7 +224,7 @@ def _sqlite_aside(conn: Connection) -> list[str]:
     ).all()
     for kind, name, _ in saved:
         conn.exec_driver_sql(f'DROP {kind.upper()} "{name}"')
-    replays = [REPLAYED[name] for kind, name, _ in saved if kind == "trigger"]
+    replays = [sql for kind, name, _ in saved if kind == "trigger" for sql in REPLAYED[name]]
     return [*replays, *(sql for _, _, sql in saved)]
 
 
@@ -279,7 +279,7 @@ def _postgres_aside(conn: Connection, tables: list[str]) -> list[str]:
         conn.exec_driver_sql(f"ALTER TABLE {table} DISABLE TRIGGER {name}")
     return [
         *(f"ALTER TABLE {table} ENABLE TRIGGER {name}" for table, name, _ in triggers),
-        *(REPLAYED[raw] for _, _, raw in triggers),
+        *(sql for _, _, raw in triggers for sql in REPLAYED[raw]),
         *(definition for _, definition in indexes),
         *(f"ALTER TABLE {table} ADD CONSTRAINT {name} {spec}" for table, name, spec in keys),
     ]
