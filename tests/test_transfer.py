@@ -554,6 +554,19 @@ def test_a_bad_value_is_refused_and_leaves_nothing(
         import_database(target, [*io.BytesIO(corrupted.good)])  # the good file still goes in
 
 
+@_bad([("memories", "tenant_id", None)])
+def test_a_memory_without_its_tenant_is_refused_as_such(
+    corrupted: Corrupted, database_url: str, tmp_path: Path
+) -> None:
+    """SQLite checks it by a trigger, which the load sets aside and makes once after it: the
+    refusal names the memory's column, not what the missing tenant broke next."""
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "bad") as target:
+        with pytest.raises(TransferError, match="tenant_id") as refused:
+            import_database(target, [*io.BytesIO(corrupted.bad)])
+        assert refused.value.details["table"] == "memories"
+
+
 @pytest.mark.usefixtures("small_batches")
 def test_a_row_postgresql_refuses_is_named_by_its_line(
     client: TestClient, world: World, database_url: str, tmp_path: Path
