@@ -31,6 +31,7 @@ from mnemos.config import Settings
 from mnemos.domain.search import index_text
 from mnemos.storage import migrate, open_store, transfer_import
 from mnemos.storage.base import Store
+from mnemos.storage.sqlite import FTS_DEFAULT_HASHSIZE
 from mnemos.storage.transfer import FORMAT_VERSION, TransferError, export_database
 from mnemos.storage.transfer_import import import_database
 from tests.api.test_visibility_world import AGENT, HUMAN, build
@@ -351,6 +352,23 @@ def test_fifty_thousand_memories_import_with_progress_and_a_summary(
             assert len(page["data"]) == 100 and page["meta"]["next_cursor"]
         # indexes, foreign keys and triggers set aside for the load are all back
         assert _catalog(target) == _catalog(database_url)
+        if backend == "sqlite":  # FTS5 wrote the refill as one segment, and its default is back
+            assert _fts_segments_and_hashsize(target) == (1, [FTS_DEFAULT_HASHSIZE])
+
+
+def _fts_segments_and_hashsize(url: str) -> tuple[int, list[int]]:
+    """SQLite: the FTS5 index's segments, and the pending-terms size its settings name."""
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        segments = conn.exec_driver_sql(
+            "SELECT count(DISTINCT segid) FROM memories_fts_idx"
+        ).scalar_one()
+        sizes = conn.exec_driver_sql(
+            "SELECT v FROM memories_fts_config WHERE k = 'hashsize'"
+        ).scalars()
+        found = int(segments), [int(size) for size in sizes]
+    engine.dispose()
+    return found
 
 
 def _derived(url: str) -> dict[str, Any]:
@@ -534,6 +552,19 @@ def test_a_bad_value_is_refused_and_leaves_nothing(
                 assert conn.execute(sa.text(f"SELECT count(*) FROM {name}")).scalar() == 0, name
         engine.dispose()
         import_database(target, [*io.BytesIO(corrupted.good)])  # the good file still goes in
+
+
+@_bad([("memories", "tenant_id", None)])
+def test_a_memory_without_its_tenant_is_refused_as_such(
+    corrupted: Corrupted, database_url: str, tmp_path: Path
+) -> None:
+    """SQLite checks it by a trigger, which the load sets aside and makes once after it: the
+    refusal names the memory's column, not what the missing tenant broke next."""
+    backend = "postgresql" if database_url.startswith("postgres") else "sqlite"
+    with fresh(backend, tmp_path / "bad") as target:
+        with pytest.raises(TransferError, match="tenant_id") as refused:
+            import_database(target, [*io.BytesIO(corrupted.bad)])
+        assert refused.value.details["table"] == "memories"
 
 
 @pytest.mark.usefixtures("small_batches")

@@ -27,13 +27,13 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from mnemos.storage.sql_base import driver_connection
-from mnemos.storage.sqlite import INDEX_REFILL_SQL, INDEX_TRIGGER
+from mnemos.storage.sqlite import INDEX_REFILL, INDEX_TRIGGER
 from mnemos.storage.transfer import TransferError
 from mnemos.storage.transfer_values import tuples
 
@@ -41,15 +41,35 @@ BATCH_ROWS = 10_000
 MAINTENANCE_MEMORY = "256MB"  # PostgreSQL: sort memory for the index builds after the load
 SQLITE_CACHE_KIB = 262_144  # SQLite: page cache for the load (the default 2 MiB spills to disk)
 
-REPLAYED = {
-    INDEX_TRIGGER: INDEX_REFILL_SQL,
+
+class Check(NamedTuple):
+    """A check a trigger makes on each new row, made once on every loaded row."""
+
+    table: str
+    query: str  # finds a row the trigger would have refused
+    reason: str
+
+
+REPLAYED: dict[str, tuple[str, ...]] = {
+    INDEX_TRIGGER: INDEX_REFILL,
     "memories_vector_queue": (
-        "INSERT INTO vector_queue (tenant_id, memory_pk) SELECT tenant_id, pk FROM memories"
+        "INSERT INTO vector_queue (tenant_id, memory_pk) SELECT tenant_id, pk FROM memories",
     ),
 }
-"""Triggers set aside for the load, by name, and the statement that does for every loaded row
-what the trigger does for one: fill SQLite's FTS5 index (`sqlite.INDEX_REFILL_SQL`), queue every
+"""Triggers set aside for the load, by name, and the statements that do for every loaded row
+what the trigger does for one: fill SQLite's FTS5 index (`sqlite.INDEX_REFILL`), queue every
 memory for embedding (migration 0010). A test compares the result with a row-by-row import."""
+
+CHECKED = {
+    "memories_tenant_required": Check(
+        "memories",
+        "SELECT 1 FROM memories WHERE tenant_id IS NULL LIMIT 1",
+        "NOT NULL constraint failed: memories.tenant_id",
+    ),
+}
+"""SQLite triggers that only refuse a row, by name: set aside for the load like `REPLAYED`, and
+their check made once after it. Migration 0018's (SQLite cannot add NOT NULL to a column), fired
+per row, made the insert of memories a fifth slower (bench/results/2026-12-04/import7/)."""
 
 
 class Loader:
@@ -188,13 +208,15 @@ def refusal(
 
 @contextmanager
 def bulk_load(conn: Connection, tables: list[str]) -> Iterator[Loader]:
-    """Set indexes, foreign keys and the `REPLAYED` triggers aside, yield a loader for the
-    empty `tables`, then do the triggers' work once and build everything again. Rows that break
-    a constraint then (a key twice, a missing parent) are refused as `TransferError`."""
+    """Set indexes, foreign keys and the `REPLAYED` and `CHECKED` triggers aside, yield a loader
+    for the empty `tables`, then do the triggers' work once and build everything again. Rows that
+    break a constraint then (a key twice, a missing parent, a trigger's check) are refused as
+    `TransferError`."""
+    checks: list[Check] = []
     if conn.dialect.name == "postgresql":
         restore = _postgres_aside(conn, tables)
     else:
-        restore = _sqlite_aside(conn)
+        restore, checks = _sqlite_aside(conn)
     loader = Loader(conn)
     try:
         yield loader
@@ -202,6 +224,12 @@ def bulk_load(conn: Connection, tables: list[str]) -> Iterator[Loader]:
         loader.abort()  # a refusal found while a COPY was open: the connection can roll back
         raise
     loader.finish()
+    for check in checks:
+        if conn.exec_driver_sql(check.query).first() is not None:
+            raise TransferError(
+                f"The target refused a row of {check.table!r}: {check.reason}; nothing imported",
+                {"reason": check.reason, "table": check.table},
+            )
     errors = bad_data_errors(conn)
     for statement in restore:
         try:
@@ -212,20 +240,24 @@ def bulk_load(conn: Connection, tables: list[str]) -> Iterator[Loader]:
         _check_parents(conn, tables)
 
 
-def _sqlite_aside(conn: Connection) -> list[str]:
-    """SQLite: drop every named index and the replayed triggers; return what restores them.
-    (A unique constraint's own index stays: SQLite cannot drop it.)"""
+def _sqlite_aside(conn: Connection) -> tuple[list[str], list[Check]]:
+    """SQLite: drop every named index and the replayed and checked triggers; return what
+    restores them, and the checks to make. (A unique constraint's own index stays: SQLite cannot
+    drop it.)"""
     conn.exec_driver_sql(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
     conn.exec_driver_sql("PRAGMA defer_foreign_keys = ON")  # until the commit: `_check_parents`
+    aside = (*REPLAYED, *CHECKED)
     saved = conn.exec_driver_sql(
         "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND "
-        f"(type = 'index' OR (type = 'trigger' AND name IN ({', '.join('?' * len(REPLAYED))})))",
-        tuple(REPLAYED),
+        f"(type = 'index' OR (type = 'trigger' AND name IN ({', '.join('?' * len(aside))})))",
+        aside,
     ).all()
     for kind, name, _ in saved:
         conn.exec_driver_sql(f'DROP {kind.upper()} "{name}"')
-    replays = [REPLAYED[name] for kind, name, _ in saved if kind == "trigger"]
-    return [*replays, *(sql for _, _, sql in saved)]
+    triggers = [name for kind, name, _ in saved if kind == "trigger"]
+    replays = [sql for name in triggers for sql in REPLAYED.get(name, ())]
+    checks = [CHECKED[name] for name in triggers if name in CHECKED]
+    return [*replays, *(sql for _, _, sql in saved)], checks
 
 
 def _check_parents(conn: Connection, tables: list[str]) -> None:
@@ -279,7 +311,7 @@ def _postgres_aside(conn: Connection, tables: list[str]) -> list[str]:
         conn.exec_driver_sql(f"ALTER TABLE {table} DISABLE TRIGGER {name}")
     return [
         *(f"ALTER TABLE {table} ENABLE TRIGGER {name}" for table, name, _ in triggers),
-        *(REPLAYED[raw] for _, _, raw in triggers),
+        *(sql for _, _, raw in triggers for sql in REPLAYED[raw]),
         *(definition for _, definition in indexes),
         *(f"ALTER TABLE {table} ADD CONSTRAINT {name} {spec}" for table, name, spec in keys),
     ]
