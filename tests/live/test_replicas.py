@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import numpy as np
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from mnemos.api.app import create_app
-from mnemos.api.deps import tenant
 from mnemos.config import Settings
 from mnemos.domain.tenants import Tenants
 from mnemos.storage import check_settings, migrate, open_store
@@ -32,7 +33,7 @@ from tests.pgcluster import (
     replica_scans,
     wait_for_replay,
 )
-from tests.world import Actor, World, memory_body
+from tests.world import Actor, World, agent_memory, memory_body
 
 pytestmark = pytest.mark.skipif(
     postgres_bin() is None,
@@ -249,10 +250,42 @@ def as_tenant(store: Store, actor: Actor, read: Callable[[], T]) -> T:
     """Run `read` as the API would for `actor`'s requests (in a context of its own)."""
 
     def run() -> T:
-        store.act_for(tenant(uuid.UUID(actor.organization_id or ""), uuid.UUID(actor.id)))
+        org = uuid.UUID(actor.organization_id) if actor.organization_id else None
+        store.act_for(org, uuid.UUID(actor.id))
         return read()
 
     return contextvars.copy_context().run(run)
+
+
+def marks(pair: Replicated) -> dict[str, int]:
+    with psycopg.connect(pair.urls()[0], autocommit=True) as conn:
+        return dict(conn.execute("SELECT tenant, lsn FROM write_marks").fetchall())
+
+
+def test_the_embedding_worker_moves_only_its_memories_tenants_marks(
+    pair: Replicated, store: Store
+) -> None:
+    """The worker acts for no caller. Its save of a memory's vector moves that memory's
+    tenant's mark (searches by meaning then find it on a replica once replayed), never the
+    mark of writes made for no one, which every reader of every tenant waits for: otherwise,
+    under steady stores, every tenant's reads left the replicas after each save."""
+    world = World(store)
+    ours, theirs = agent_in(world, "Embedded"), agent_in(world, "Elsewhere")
+    memory = agent_memory(ours, "an aisle seat on long flights")
+    store.replace_memories(ours.tenant, [memory], [], memory.inserted_at)
+    before = marks(pair)
+
+    def save() -> int:  # as the worker's thread: acting for no one
+        vector = np.ones((1, 384), dtype=np.float32) / np.sqrt(384)
+        return store.save_vectors("test-model", [memory.id], vector)
+
+    assert contextvars.Context().run(save) == 1
+    after = marks(pair)
+    assert after.get("*") == before.get("*")
+    ours_key = f"org:{ours.organization_id}"
+    assert after[ours_key] > before.get(ours_key, 0)
+    theirs_key = f"org:{theirs.organization_id}"
+    assert after.get(theirs_key) == before.get(theirs_key)
 
 
 @pytest.fixture

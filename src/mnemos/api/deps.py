@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -103,14 +102,8 @@ async def authenticated(
     ctx = await authenticate(request, resolve, identity)
     found: AgentContext | UserContext = ctx
     owner = found.owner.id if isinstance(found, AgentContext) else found.user.id
-    svc.store.act_for(tenant(found.organization_id, owner))
+    svc.store.act_for(found.organization_id, owner)
     return ctx
-
-
-def tenant(organization_id: uuid.UUID | None, person_id: uuid.UUID) -> str:
-    """Whose writes a caller's reads must see (`Store.act_for`): its organization's, or, for a
-    person without one and that person's agents, the person's."""
-    return f"org:{organization_id}" if organization_id else f"user:{person_id}"
 
 
 async def agent_caller(

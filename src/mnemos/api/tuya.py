@@ -18,7 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
 from mnemos.api.access import authenticate
-from mnemos.api.deps import Services, services, tenant
+from mnemos.api.deps import Services, services
 from mnemos.api.observe import answered_error
 from mnemos.api.responses import JSONResponse
 from mnemos.api.routing import MnemosRoute
@@ -104,7 +104,7 @@ async def caller(
     who = await _authenticated(
         request, lambda: svc.tuya_auth.caller(signature), lambda who: _project(who.client_id)
     )
-    svc.store.act_for(tenant(who.organization_id, who.organization_id))
+    svc.store.act_for(who.organization_id, who.organization_id)
     return who
 
 

@@ -8,6 +8,7 @@ Storage imports the domain, never the other way round.
 from __future__ import annotations
 
 import abc
+import uuid
 
 from mnemos.domain.ports import (
     AccountStore,
@@ -60,10 +61,11 @@ class Store(
         """Release every connection."""
 
     @abc.abstractmethod
-    def act_for(self, tenant: str) -> None:
-        """The current request acts for `tenant` (an organization, or a person without one):
-        its reads see every write made for that tenant, in any process; its writes are made for
-        it. Called by authentication; a request that never calls it reads the primary."""
+    def act_for(self, organization_id: uuid.UUID | None, person_id: uuid.UUID) -> None:
+        """The current request acts for a tenant: the organization, or, without one, the person
+        (and that person's agents). Its reads see every write made for that tenant, in any
+        process; its writes are made for it. Called by authentication; a request that never
+        calls it reads the primary."""
 
     @abc.abstractmethod
     def replica_status(self) -> list[ReplicaStatus]:

@@ -31,7 +31,7 @@ from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive, StorageUnavailable
 from mnemos.storage.pg_export import PIPELINED_EXPORTS, Statements, pipelined_batches
-from mnemos.storage.replicas import replica_set
+from mnemos.storage.replicas import Mark, replica_set
 from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
 from mnemos.storage.search_plan import TermStats
@@ -447,7 +447,7 @@ class PostgresStore(SqlStore):
         )
 
     @contextmanager
-    def _lazy_write(self, *, mark: bool = False) -> Iterator[Connection]:
+    def _lazy_write(self, *, mark: Mark = False) -> Iterator[Connection]:
         # Visible to every session at once; only its WAL flush is deferred (by at most
         # wal_writer_delay), so a crash may lose it, never corrupt anything. The next
         # synchronous commit flushes the WAL up to itself, this commit's records included.

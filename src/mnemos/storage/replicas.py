@@ -11,7 +11,8 @@ Two rules, both decided here and nowhere else:
   table on the primary: no WAL, no fsync). A read made for that tenant, in any process, first
   reads the mark (once per request) and goes only to a replica that has replayed past it; if
   none has, it reads the primary. Writes made for no one (the CLI, scripts) leave the mark `*`,
-  which every reader waits for. A read made for no one reads the primary.
+  which every reader waits for; the embedding worker, which acts for no one too, moves the marks
+  of the memories' tenants instead (`Mark`). A read made for no one reads the primary.
 
 The API says whom a request acts for (`act_for`); the domain knows nothing of replicas.
 """
@@ -23,6 +24,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
@@ -64,6 +66,23 @@ class Reading:
 
 
 _CURRENT: ContextVar[Reading | None] = ContextVar("mnemos_reading", default=None)
+
+
+Mark = bool | list[uuid.UUID]
+"""Which marks a write moves (`SqlBase._write`): the caller's tenant's (True), none (False), or
+the tenants a background job's block wrote for (a list it fills)."""
+
+
+def tenant_key(organization_id: uuid.UUID | None, person_id: uuid.UUID) -> str:
+    """Whose writes a caller's reads must see: its organization's, or, for a person without one
+    and that person's agents, the person's (`Store.act_for`)."""
+    return f"org:{organization_id}" if organization_id else f"user:{person_id}"
+
+
+def tenant_keys(tenant_id: uuid.UUID) -> tuple[str, str]:
+    """The keys a memory's tenant is read under: `tenant_id` is an organization's id or a
+    person's (never both), and which one a row does not say, so both are moved."""
+    return tenant_key(tenant_id, tenant_id), tenant_key(None, tenant_id)
 
 
 def act_for(tenant: str) -> None:
@@ -242,19 +261,26 @@ class ReplicaSet:
             return -1
         return replica.replayed
 
-    def written(self, conn: Connection) -> None:
-        """After a write committed on `conn`: move its tenant's mark past the commit."""
+    def written(self, conn: Connection, tenants: Sequence[uuid.UUID] | None = None) -> None:
+        """After a write committed on `conn`: move its tenant's mark past the commit (the
+        caller's; or, for background work that acts for no caller, the memories' `tenants`:
+        none of them is then `EVERYONE`, whom every reader of every tenant waits for)."""
         reading = current()
-        tenant = reading.tenant if reading is not None else EVERYONE
+        if tenants is not None:
+            keys = sorted({key for tenant_id in tenants for key in tenant_keys(tenant_id)})
+            if not keys:
+                return
+        else:
+            keys = [reading.tenant if reading is not None else EVERYONE]
         marks = write_marks.c
-        insert = pg_insert(write_marks).values(tenant=tenant, lsn=_INSERTED)
+        insert = pg_insert(write_marks).values([{"tenant": key, "lsn": _INSERTED} for key in keys])
         upsert = insert.on_conflict_do_update(
             index_elements=[marks.tenant],
             set_={"lsn": sa.func.greatest(marks.lsn, insert.excluded.lsn)},
         ).returning(marks.lsn)
         try:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            mark = int(conn.execute(upsert).scalar_one())
+            mark = max(int(lsn) for lsn in conn.execute(upsert).scalars())
         except sa.exc.SQLAlchemyError as exc:
             # The write itself is committed: say so, but read the primary for the rest of it.
             log.warning("could not record a write mark: %s", _reason(exc))

@@ -26,7 +26,7 @@ from mnemos.domain.search import SearchQuery
 from mnemos.errors import InsufficientStorage, StorageUnavailable
 from mnemos.storage import replicas as replication
 from mnemos.storage.history_rows import history_row, record
-from mnemos.storage.replicas import Replica, ReplicaFailed, ReplicaSet, ReplicaStatus
+from mnemos.storage.replicas import Mark, Replica, ReplicaFailed, ReplicaSet, ReplicaStatus
 from mnemos.storage.schema import (
     ended_sessions,
     memories,
@@ -254,8 +254,8 @@ class SqlBase(abc.ABC):
 
     # --- replicas --------------------------------------------------------------------------
 
-    def act_for(self, tenant: str) -> None:
-        replication.act_for(tenant)
+    def act_for(self, organization_id: uuid.UUID | None, person_id: uuid.UUID) -> None:
+        replication.act_for(replication.tenant_key(organization_id, person_id))
 
     def replica_status(self) -> list[ReplicaStatus]:
         return self._replicas.status() if self._replicas is not None else []
@@ -297,16 +297,18 @@ class SqlBase(abc.ABC):
         return run()
 
     @contextmanager
-    def _write(self, *, mark: bool = True) -> Iterator[Connection]:
+    def _write(self, *, mark: Mark = True) -> Iterator[Connection]:
         """A write transaction on the primary. With replicas, a committed write then moves its
-        tenant's mark (`mark=False`: tables that only the primary reads, written on hot paths)."""
+        tenant's mark (`mark=False`: tables that only the primary reads, written on hot paths,
+        or what no reader needs at once; a list: the tenants the block wrote for, which it
+        fills, for background work that acts for no caller)."""
         with self._guard(), self._write_engine.connect() as conn:
             self._queued_commit(conn)  # a flag a failed transaction left on the connection
             with conn.begin():
                 yield conn
                 queued = self._queued_commit(conn)
-            if mark and self._replicas is not None:
-                self._replicas.written(conn)
+            if mark is not False and self._replicas is not None:
+                self._replicas.written(conn, None if mark is True else mark)
         if queued:
             self._tell_queued()
 
@@ -502,7 +504,7 @@ class SqlBase(abc.ABC):
             owner=owner,
         )
 
-    def _lazy_write(self, *, mark: bool = False) -> AbstractContextManager[Connection]:
+    def _lazy_write(self, *, mark: Mark = False) -> AbstractContextManager[Connection]:
         """A write transaction whose commit may return before it reaches the disk: a crash may
         lose it, never corrupt anything, nor keep a later durable commit without it (a dialect
         hook: PostgreSQL's asynchronous commit, SQLite's `synchronous=NORMAL`). For what a

@@ -207,7 +207,11 @@ class VectorsSql(SqlBase):
         owners = [getattr(M, column) for column, _ in OWNER_COLUMNS]
         # One transaction takes the memories off the queue with their vectors saved: lost to a
         # crash, they are still queued and embedded again (docs/search.md, "Write path").
-        with self._lazy_write(mark=True) as conn:
+        # The marks of the memories' tenants move: a replica serves their searches by meaning
+        # once it holds the vectors (this thread acts for no caller, and `EVERYONE`'s mark
+        # would send every tenant's reads to the primary after each save).
+        tenants: list[uuid.UUID] = []
+        with self._lazy_write(mark=tenants) as conn:
             # Lock the memories against a concurrent delete (PostgreSQL; SQLite has one writer).
             found = conn.execute(
                 sa.select(M.pk, M.id, M.tenant_id, M.scope, *owners)
@@ -218,7 +222,7 @@ class VectorsSql(SqlBase):
             if not found:
                 return 0
             pks = [row[0] for row in found]
-            tenants = sorted({row[2] for row in found})
+            tenants.extend(sorted({row[2] for row in found}))
             conn.execute(
                 vector_queue.delete().where(Q.tenant_id.in_(tenants), Q.memory_pk.in_(pks))
             )
@@ -351,7 +355,9 @@ class VectorsSql(SqlBase):
             keys = np.frombuffer(bytes(blob), dtype="<i8").tolist()
             if all((tenant, pk) in alive for pk in keys):
                 continue
-            with self._write() as conn:
+            # No mark: a replica's chunk that still holds a dead key only costs a search that
+            # key, which the database check rejects (docs/search.md, "Vector storage").
+            with self._write(mark=False) as conn:
                 self._drop_dead(conn, tenant, owner, seq)
         return rows[-1][0], rows[-1][1], rows[-1][2]
 

@@ -28,6 +28,7 @@ from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
+from mnemos.storage.replicas import Mark
 from mnemos.storage.rows import read_json
 from mnemos.storage.schema import memories
 from mnemos.storage.search_plan import DRIVER_POSTINGS, TermStats
@@ -334,7 +335,7 @@ class SqliteStore(SqlStore):
         )
 
     @contextmanager
-    def _write(self, *, mark: bool = True) -> Iterator[Connection]:  # noqa: ARG002 - no replicas
+    def _write(self, *, mark: Mark = True) -> Iterator[Connection]:  # noqa: ARG002 - no replicas
         # Writers of this process take turns on the one writer connection and share COMMITs.
         with self._guard(), self._writes.write() as conn:
             self._queued_commit(conn)  # a flag a failed block left on the connection
@@ -350,7 +351,7 @@ class SqliteStore(SqlStore):
             yield conn
 
     @contextmanager
-    def _lazy_write(self, *, mark: bool = False) -> Iterator[Connection]:  # noqa: ARG002
+    def _lazy_write(self, *, mark: Mark = False) -> Iterator[Connection]:  # noqa: ARG002
         # Alone in its transaction (a durable batch still open commits first), so that only
         # this commit skips the fsync.
         with self._guard(), self._writes.write_lazily() as conn:

@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
 from mnemos.api.access import count_request
-from mnemos.api.deps import Services, services, tenant, user_identity
+from mnemos.api.deps import Services, services, user_identity
 from mnemos.domain.models import UserContext
 from mnemos.domain.sessions import Session, check_csrf
 from mnemos.errors import MnemosError, SessionExpired, Unauthorized, ValidationFailed
@@ -147,7 +147,7 @@ async def signed_in(request: Request, svc: Services = Depends(services)) -> Sign
 
     who = await run_in_threadpool(resolve)
     await count_request(request, user_identity(who.ctx))
-    svc.store.act_for(tenant(who.ctx.organization_id, who.ctx.user.id))
+    svc.store.act_for(who.ctx.organization_id, who.ctx.user.id)
     return who
 
 
