@@ -272,18 +272,25 @@ def floor(store: SqlStore, query: MemoryQuery, repeat: int, after: Any = None) -
 
 class Rss:
     """Samples the resident memory of a server and its worker processes (peak of any one
-    process, and peak of their sum)."""
+    process, and peak of their sum): all of it (`VmRSS`), and the part private to the process
+    (`RssAnon`: its heap, the model, the caches). The rest is file pages mapped from the page
+    cache (the code's, and SQLite's database file under `mmap_size`), shared by every process
+    that maps them and kept by the kernel whether or not a process maps them."""
 
     def __init__(self, pid: int):
         self.pid, self.peak, self.total_peak, self.stop = pid, 0, 0, threading.Event()
+        self.anon_peak, self.anon_total_peak = 0, 0
         threading.Thread(target=self._run, daemon=True).start()
 
     @staticmethod
-    def _rss_mib(pid: int) -> int:
+    def _rss_mib(pid: int) -> tuple[int, int]:
+        """(VmRSS, RssAnon) in MiB."""
+        found = {"VmRSS:": 0, "RssAnon:": 0}
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-        return 0
+            name = line.split(maxsplit=1)[0] if line else ""
+            if name in found:
+                found[name] = int(line.split()[1]) // 1024
+        return found["VmRSS:"], found["RssAnon:"]
 
     def _family(self) -> list[int]:
         pids, i = [self.pid], 0
@@ -300,8 +307,10 @@ class Rss:
             except OSError:
                 time.sleep(0.05)
                 continue
-            self.peak = max(self.peak, *sizes)
-            self.total_peak = max(self.total_peak, sum(sizes))
+            self.peak = max(self.peak, *(rss for rss, _ in sizes))
+            self.total_peak = max(self.total_peak, sum(rss for rss, _ in sizes))
+            self.anon_peak = max(self.anon_peak, *(anon for _, anon in sizes))
+            self.anon_total_peak = max(self.anon_total_peak, sum(anon for _, anon in sizes))
             time.sleep(0.25)
 
 
@@ -456,6 +465,8 @@ def run_backend(backend: str, count: int, options: Options) -> dict[str, Any]:
             "load_seconds": round(load_seconds, 1),
             "server_peak_rss_mib": rss.peak,
             "server_peak_total_rss_mib": rss.total_peak,
+            "server_peak_private_mib": rss.anon_peak,
+            "server_peak_total_private_mib": rss.anon_total_peak,
             "workers": options.workers,
             "load_generator": options.generator,
             "results": results,
@@ -669,7 +680,9 @@ def markdown(run: dict[str, Any]) -> str:
     lines = [
         f"### {run['backend']}: {run['memories']:,} memories (loaded in {run['load_seconds']} s; server peak RSS {run['server_peak_rss_mib']} MiB per process, "
         f"{run.get('server_peak_total_rss_mib', '?')} MiB for all {run.get('workers', 1)} workers "
-        "and their supervisor)",
+        "and their supervisor; of which private to the processes (RssAnon) "
+        f"{run.get('server_peak_private_mib', '?')} MiB per process, "
+        f"{run.get('server_peak_total_private_mib', '?')} MiB for all)",
         "",
         "| path | 1 client p50 / p95 / p99 ms, req/s | 8 clients p50 / p95 / p99 ms, req/s | floor p50 / p95 ms | Mnemos / floor (p50) |",
         "|---|---|---|---|---|",
