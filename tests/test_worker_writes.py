@@ -121,3 +121,43 @@ def test_the_worker_claims_and_saves_without_waiting_for_the_disk_a_store_waits(
         ("save", lazy),
         ("store", durable),  # the durable setting is back on the writer's connection
     ]
+
+
+def test_a_lazy_commit_that_fails_with_its_rollback_leaves_no_lazy_connection(
+    store: Store, world: World
+) -> None:
+    """Were a lazy write's COMMIT and its ROLLBACK both to fail (an I/O error twice), its
+    transaction would stay open and `synchronous` could not change back: the next durable
+    commit would then run on that connection without its fsync. The connection is closed
+    instead (the failures are raised by engine events, before the driver's COMMIT and
+    ROLLBACK: the transaction is really still open)."""
+    if backend(store) != "sqlite":
+        pytest.skip("SQLite's setting is per connection; PostgreSQL's is SET LOCAL")
+    assert isinstance(store, SqlBase)
+    engine = store._write_engine
+
+    def refuse(_conn: object) -> None:
+        raise sa.exc.OperationalError("COMMIT", {}, Exception("disk I/O error"))
+
+    levels: list[int] = []
+
+    def level(conn: sa.Connection) -> None:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        levels.append(raw.execute("PRAGMA synchronous").fetchone()[0])
+
+    agent = world.agent(world.user("Ann", "acme"), "Writer")
+    for event in ("commit", "rollback"):
+        sa.event.listen(engine, event, refuse)
+    try:
+        with pytest.raises(Exception), store._lazy_write() as conn:  # noqa: B017, PT011
+            conn.exec_driver_sql("SELECT 1")
+    finally:
+        for event in ("commit", "rollback"):
+            sa.event.remove(engine, event, refuse)
+    sa.event.listen(engine, "commit", level)
+    try:
+        store.insert_memory(agent_memory(agent, "a durable note"))
+    finally:
+        sa.event.remove(engine, "commit", level)
+    assert levels == [2]  # FULL: the fsync

@@ -12,6 +12,7 @@ import fcntl
 import json
 import math
 import re
+import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -369,7 +370,16 @@ class SqliteStore(SqlStore):
                 with conn.begin():
                     yield conn
             finally:
-                raw.execute(f"PRAGMA synchronous={self._synchronous}")
+                # Were its COMMIT and then its ROLLBACK to fail, the transaction would still be
+                # open and the setting could not change back: the connection, lazy, would then
+                # serve the next durable commit. It is closed instead (the pool opens another).
+                try:
+                    raw.execute(f"PRAGMA synchronous={self._synchronous}")
+                    restored = not raw.in_transaction
+                except sqlite3.Error:
+                    restored = False
+                if not restored:
+                    conn.invalidate()
 
     @contextmanager
     def _process_lock(self) -> Iterator[None]:
