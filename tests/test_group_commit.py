@@ -123,23 +123,31 @@ def test_a_failed_commit_fails_every_writer_of_the_batch(store: SqliteStore) -> 
 def commit_levels(store: SqliteStore) -> list[int]:
     """The `synchronous` level each COMMIT of the writer connection runs at (2: FULL, the
     fsync; 1: NORMAL, none)."""
+    return commit_levels_of(store._write_engine)
+
+
+def commit_levels_of(engine: sa.Engine) -> list[int]:
     seen: list[int] = []
 
     def level(conn: Any) -> None:
         seen.append(driver_connection(conn).execute("PRAGMA synchronous").fetchone()[0])
 
-    sa.event.listen(store._write_engine, "commit", level)
+    sa.event.listen(engine, "commit", level)
     return seen
 
 
-def test_a_kept_search_commits_without_the_fsync_and_alone(store: SqliteStore) -> None:
-    """A search's kept answer is a cache (lost in a crash, its cursor says "expired"): its
-    commit skips the fsync, and the writes after it are durable again."""
+def test_a_kept_search_commits_without_the_fsync_beside_the_database(store: SqliteStore) -> None:
+    """A search's kept answer is a cache (lost in a crash, its cursor says "expired"): it
+    commits in a file of its own (`sqlite_kept.py`) without the fsync, and the database's
+    writes stay durable."""
     levels = commit_levels(store)
+    assert store._kept_file is not None
+    writer, _ = store._kept_file._opened()
+    kept_levels = commit_levels_of(writer)
     ranked = [(uuid.uuid4(), 0.5)]
     store.keep_search("s1", ranked, utcnow() + timedelta(minutes=5), "caller", 10)
     store.insert_memory(memory(Scope.ORGANIZATION, None, uuid.uuid4()))
-    assert levels == [1, 2]
+    assert kept_levels == [1] and levels == [2]
     assert store.kept_search("s1") == ranked and count(store) == 1
 
 

@@ -30,6 +30,7 @@ from mnemos.errors import InvalidPagination
 from mnemos.indexer import drain
 from mnemos.storage import rows, sql, sql_vectors
 from mnemos.storage.base import Store
+from mnemos.storage.sqlite_kept import SUFFIX
 from tests.test_ranking import pool_pays
 from tests.world import Actor, World, agent_memory, memory_body
 
@@ -758,7 +759,10 @@ def test_each_caller_keeps_a_bounded_number_of_searches(
         for mode in ("keyword", "semantic", "hybrid")
     ]
     assert all(mine) and theirs
-    engine = sa.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    kept_in = database_url.replace("postgresql://", "postgresql+psycopg://")
+    if kept_in.startswith("sqlite"):
+        kept_in += SUFFIX  # SQLite keeps them in a file beside the database
+    engine = sa.create_engine(kept_in)
     with engine.connect() as conn:
         owners = conn.execute(
             sa.text("SELECT owner, count(*) FROM search_pages GROUP BY owner")

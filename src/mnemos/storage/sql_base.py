@@ -440,7 +440,7 @@ class SqlBase(abc.ABC):
         key: str,
         expires_at: datetime,
         *,
-        durable: bool = True,
+        write: Callable[[], AbstractContextManager[Connection]] | None = None,
         then: tuple[sa.Executable, dict[str, Any]] | None = None,
         **values: Any,
     ) -> bool:
@@ -449,7 +449,7 @@ class SqlBase(abc.ABC):
         first, skipping those another writer is deleting (PostgreSQL): concurrent callers
         neither wait for nor deadlock on each other, and the table shrinks under any load.
         `then` (a statement and its parameters) runs last in the same transaction. Only the
-        primary reads these tables."""
+        primary reads these tables. `write` opens the transaction (default: a durable one)."""
         (column,) = table.primary_key.columns
         statements = self._statements.get(("remember", table.name))
         if statements is None:  # built once: a search's kept answer is written per request
@@ -465,7 +465,7 @@ class SqlBase(abc.ABC):
             )
             self._statements[("remember", table.name)] = statements
         clean, insert = statements
-        with self._lazy_write() if not durable else self._write(mark=False) as conn:
+        with write() if write is not None else self._write(mark=False) as conn:
             conn.execute(clean, {"now": utcnow()})
             row = {column.name: key, "expires_at": expires_at, **values}
             inserted = conn.execute(insert, row).first()
@@ -493,12 +493,11 @@ class SqlBase(abc.ABC):
         most: int,
     ) -> None:
         packed = b"".join(memory_id.bytes + _SCORE.pack(score) for memory_id, score in ranked)
-        # A kept answer is a cache: lost in a crash, its cursor says "expired" (search again).
         self._remember_until(
             search_pages,
             search_id,
             expires_at,
-            durable=False,
+            write=functools.partial(self._kept, write=True),
             then=(_TRIM_KEPT, {"owner": owner, "most": most}),
             ranked=packed,
             owner=owner,
@@ -512,12 +511,18 @@ class SqlBase(abc.ABC):
         as `_write`'s (replicas' readers must see it)."""
         return self._write(mark=mark)
 
+    def _kept(self, *, write: bool) -> AbstractContextManager[Connection]:
+        """A transaction where the kept answers of searches live (`search_pages`): written
+        lazily (a kept answer is a cache: lost in a crash, its cursor says "expired"), read on
+        the primary, never a replica (the first page wrote it a moment ago). A dialect hook:
+        SQLite keeps them in a file of their own (`sqlite_kept.py`)."""
+        return self._lazy_write() if write else self._open_read()
+
     def kept_search(self, search_id: str) -> list[tuple[uuid.UUID, float]] | None:
-        # On the primary, never a replica: the first page wrote it a moment ago.
         query = sa.select(search_pages.c.ranked).where(
             search_pages.c.search_id == search_id, search_pages.c.expires_at >= utcnow()
         )
-        with self._guard(), self._open_read() as conn:
+        with self._guard(), self._kept(write=False) as conn:
             packed = conn.execute(query).scalar()
         if packed is None:
             return None

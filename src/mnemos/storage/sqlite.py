@@ -42,6 +42,7 @@ from mnemos.storage.sql_base import (
 )
 from mnemos.storage.sql_conditions import OWNERS, narrowest_owner
 from mnemos.storage.sql_vectors import BLOB_READS
+from mnemos.storage.sqlite_kept import KeptFile
 from mnemos.storage.watchdog import Watchdog
 
 BUSY_TIMEOUT_MS = 30_000
@@ -327,6 +328,9 @@ class SqliteStore(SqlStore):
             if on_disk
             else None
         )
+        # Searches' kept answers: beside the database, so that keeping one leaves its pages
+        # cached in every reading connection (`sqlite_kept.py`).
+        self._kept_file = KeptFile(path, BUSY_TIMEOUT_MS) if on_disk else None
         super().__init__(
             read_engine=_engine(url, pool_size=pool_size, begin="BEGIN", synchronous=synchronous),
             write_engine=_engine(
@@ -394,8 +398,20 @@ class SqliteStore(SqlStore):
 
     def close(self) -> None:
         super().close()
+        if self._kept_file is not None:
+            self._kept_file.close()
         if self._lock_file is not None:
             self._lock_file.close()
+
+    @contextmanager
+    def _kept(self, *, write: bool) -> Iterator[Connection]:
+        if self._kept_file is None:  # an in-memory database keeps them in itself
+            with super()._kept(write=write) as conn:
+                yield conn
+            return
+        opened = self._kept_file.write if write else self._kept_file.read
+        with self._guard(), opened() as conn:
+            yield conn
 
     def _open_read(self) -> AbstractContextManager[Connection]:
         # One snapshot per read: a deferred transaction, so a multi-statement read is consistent.
