@@ -10,7 +10,7 @@ template with its embedding queue emptied, served with the side's code (`mnemos 
 (its processes' user + system time, from /proc) over `--idle` seconds without a request; then
 one client stores `--requests` memories one after the other, each followed by semantic searches
 for its own words every 5 ms until it is found (seconds from the store's answer). With
-`--stores-beside 1`, another client (a process of its own) stores memories one after the other
+`--beside 1`, another client (a process of its own) stores memories one after the other
 for as long as that lasts: the worker never sees its process without a request for long
 (`mnemos.indexer.InFlight`); reported beside: that client's store p50 / p95 / p99 ms.
 """
@@ -90,7 +90,7 @@ def side(backend: str, template: str, tree: Path, args: argparse.Namespace) -> d
         time.sleep(args.idle)
         idle = (cpu_seconds(server.pid) - used) / args.idle
         found: list[float] = []
-        if args.stores_beside:
+        if args.beside:
             beside = subprocess.Popen(
                 [sys.executable, "-c", BESIDE, f"http://127.0.0.1:{port}", facts["key"]]
                 + [str(tmp / "stop")],
@@ -152,4 +152,4 @@ def run(
 
 
 if __name__ == "__main__":
-    sides_.main(__doc__, run, requests=30, rounds=2, idle=20, stores_beside=0)
+    sides_.main(__doc__, run, requests=30, rounds=2, idle=20, beside=0)
