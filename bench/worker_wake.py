@@ -10,8 +10,8 @@ template with its embedding queue emptied, served with the side's code (`mnemos 
 (its processes' user + system time, from /proc) over `--idle` seconds without a request; then
 one client stores `--requests` memories one after the other, each followed by semantic searches
 for its own words every 5 ms until it is found (seconds from the store's answer). With
-`--beside 1`, another client (a process of its own) stores memories one after the other
-for as long as that lasts: the worker never sees its process without a request for long
+`--beside RATE`, another client (a process of its own) stores RATE memories a second (other
+words) for as long as that lasts, so the worker meets requests in flight
 (`mnemos.indexer.InFlight`); reported beside: that client's store p50 / p95 / p99 ms.
 """
 
@@ -41,17 +41,20 @@ BESIDE = """
 import json, sys, time, uuid
 import httpx
 from bench.run import AGENT, STORE_BODY
-base, key, stop = sys.argv[1], sys.argv[2], sys.argv[3]
+base, key, stop, rate = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 spent = []
+began = time.perf_counter()
 with httpx.Client(base_url=base, headers={"X-API-Key": key}, timeout=60) as http:
     i = 0
     while True:
+        time.sleep(max(0.0, began + i / rate - time.perf_counter()))
         try:
             open(stop).close()
             break
         except FileNotFoundError:
             pass
-        body = json.loads(STORE_BODY.replace("%d %d", f"beside {i} {uuid.uuid4().hex}"))
+        body = json.loads(STORE_BODY)  # unlike the probes' words: not among their answers
+        body["memory"]["content"] = f"Invoice reminder {i} for the accounting team, {uuid.uuid4().hex}"
         started = time.perf_counter()
         http.post(AGENT, json=body).raise_for_status()
         spent.append((time.perf_counter() - started) * 1000)
@@ -93,7 +96,7 @@ def side(backend: str, template: str, tree: Path, args: argparse.Namespace) -> d
         if args.beside:
             beside = subprocess.Popen(
                 [sys.executable, "-c", BESIDE, f"http://127.0.0.1:{port}", facts["key"]]
-                + [str(tmp / "stop")],
+                + [str(tmp / "stop"), str(args.beside)],
                 env=sides_.side_env(tree),
                 cwd=tree,
                 stdout=subprocess.PIPE,
