@@ -26,6 +26,7 @@ from tests.world import World, agent_memory
 
 HANG = 30.0  # seconds: only a broken worker takes this long
 FOREVER = 3600.0  # a bound the tests never reach
+WHOLLY = float("inf")  # a share of the last step that never limits the bound
 
 
 def wait_until(condition: Callable[[], bool]) -> None:
@@ -73,14 +74,14 @@ def running(worker: Indexer) -> Iterator[Indexer]:
         worker.stop()
 
 
-def test_the_worker_starts_no_step_while_a_request_is_in_flight(
-    store: Store, world: World
-) -> None:
+def test_the_worker_starts_no_step_while_a_request_is_in_flight(store: Store, world: World) -> None:
     agent = world.agent(world.user("Ann", "acme"), "Writer")
     requests, embedder = InFlight(), Recording()
     requests.begin()
     store.insert_memory(agent_memory(agent, "stored during a request"))
-    with running(Indexer(store, embedder, requests=requests, give_way_seconds=FOREVER)):
+    with running(
+        Indexer(store, embedder, requests=requests, give_way_seconds=FOREVER, give_way_share=WHOLLY)
+    ):
         wait_until(lambda: requests.delayed == 1)  # waiting before its claim
         assert (embedder.texts, claimed(store), store.vector_backlog()) == ([], 0, 1)
         requests.end()
@@ -102,7 +103,9 @@ def test_a_request_arriving_mid_batch_holds_the_next_text(store: Store, world: W
     embedder = Recording(during=arrives)
     for i in range(3):
         store.insert_memory(agent_memory(agent, f"note {i}"))
-    with running(Indexer(store, embedder, requests=requests, give_way_seconds=FOREVER)):
+    with running(
+        Indexer(store, embedder, requests=requests, give_way_seconds=FOREVER, give_way_share=WHOLLY)
+    ):
         wait_until(lambda: requests.delayed == 1)
         assert len(embedder.texts) == 1  # the batch's other two wait, claimed
         assert (claimed(store), store.vector_backlog()) == (3, 3)
@@ -151,7 +154,13 @@ def test_a_request_in_flight_over_http_holds_the_servers_worker(
     way keeps the server's own worker waiting (a real HTTP server, the app's own worker)."""
     agent = world.agent(world.user("Ann", "acme"), "Writer")
     embedder = Recording()
-    app = create_app(settings.model_copy(update={"embed_give_way_ms": 3_600_000}), store, embedder)
+    app = create_app(
+        settings.model_copy(
+            update={"embed_give_way_ms": 3_600_000, "embed_give_way_share": WHOLLY}
+        ),
+        store,
+        embedder,
+    )
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -95,8 +95,9 @@ class Settings(BaseSettings):
     embedder_cache_dir: Path | None = None
     # The most a server's embedding worker waits before each step of its work (a claim, one
     # text, a save) for a moment without requests in flight; 0: it does not wait
-    # (mnemos.indexer.InFlight).
+    # (mnemos.indexer.InFlight), and at most this share of the time its last step took.
     embed_give_way_ms: int = Field(default=50, ge=0, le=60_000)
+    embed_give_way_share: float = Field(default=1.0, ge=0)
     # The people's web page (`/ui/`): how long a signed-in browser session lasts, and whether
     # its cookie is always marked Secure (it is whenever the request came over HTTPS; set this
     # behind a TLS-terminating proxy that forwards plain HTTP without proxy headers).

@@ -134,6 +134,7 @@ def create_app(
                 worker_embedder(chosen),
                 requests=requests,
                 give_way_seconds=settings.embed_give_way_ms / 1000,
+                give_way_share=settings.embed_give_way_share,
             )
             if chosen is not None
             else None
