@@ -37,10 +37,10 @@ QUIET_SECONDS = 0.002
 sends its next request right after an answer (the gap is ~1 ms) finds the worker still waiting,
 not starting a step at that moment."""
 GIVE_WAY_SECONDS = 0.05
-"""The most the worker waits before one step while requests keep coming (the default of
-`MNEMOS_EMBED_GIVE_WAY_MS`): a batch is 10 steps (the claim, 8 texts, the save), so under
-requests that never stop a stored memory still waits at most ~0.5 s for its batch and the queue
-drains at no less than ~16 memories a second."""
+"""The most the worker waits before one step while requests keep coming, when a server turns
+giving way on (`MNEMOS_EMBED_GIVE_WAY_MS=50`; off by default): a batch is 10 steps (the claim,
+8 texts, the save), so under requests that never stop a stored memory still waits at most ~0.5 s
+for its batch."""
 GIVE_WAY_SHARE = 1.0
 """... and at most this many times as long as its last step took: under requests that never stop
 the worker still works about half the time, so it keeps up with a steady stream of stores
