@@ -1,28 +1,63 @@
-import sys, time, tempfile, json
+"""The embedding worker's steps timed in process on a copy of a 100k template (store8):
+a batch's claim, each text's tokenising and embedding, the batch's save; 40 batches of 8.
+
+    PYTHONPATH=src:. python bench/results/2026-12-04/store8/steps.py sqlite|postgresql
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
 from pathlib import Path
+
 import numpy as np
-sys.path.insert(0, "/work/main/.wt/store8")
 from bench.run import database
+
 from mnemos.config import Settings
-from mnemos.storage import migrate, open_store
-from mnemos.embedding.local import LocalEmbedder
 from mnemos.domain.recall import EMBED_LEASE
-backend = sys.argv[1]
-tpl = {"sqlite": "/var/tmp/mnemos-100k.db", "postgresql": "mnemos_tpl_100k"}[backend]
-tmp = Path(tempfile.mkdtemp()); url, drop = database(backend, tmp, tpl)
-try:
-    s = Settings(database_url=url); migrate(s); store = open_store(s)
-    emb = LocalEmbedder(threads=1)
-    t = {"claim": [], "embed1": [], "save": [], "tok": []}
-    for _ in range(40):
-        a = time.perf_counter(); c = store.claim_unembedded(8, EMBED_LEASE); b = time.perf_counter()
-        vs = []
-        for _, text in c:
-            x = time.perf_counter(); emb._tokenizer.encode(text); y = time.perf_counter(); t["tok"].append((y-x)*1000)
-            x = time.perf_counter(); vs.append(emb.embed([text])); y = time.perf_counter(); t["embed1"].append((y-x)*1000)
-        d = time.perf_counter(); store.save_vectors(emb.model, [i for i, _ in c], np.concatenate(vs)); e = time.perf_counter()
-        t["claim"].append((b-a)*1000); t["save"].append((e-d)*1000)
-    print(backend, {k: (round(float(np.percentile(v, 50)), 2), round(float(np.percentile(v, 95)), 2)) for k, v in t.items()})
-    store.close()
-finally:
-    drop()
+from mnemos.embedding.local import LocalEmbedder
+from mnemos.storage import migrate, open_store
+
+TEMPLATES = {"sqlite": "/var/tmp/mnemos-100k.db", "postgresql": "mnemos_tpl_100k"}
+
+
+def main(backend: str) -> None:
+    url, drop = database(backend, Path(tempfile.mkdtemp()), TEMPLATES[backend])
+    try:
+        settings = Settings(database_url=url)
+        migrate(settings)
+        store = open_store(settings)
+        embedder = LocalEmbedder(threads=1)
+        spent: dict[str, list[float]] = {"claim": [], "tokenise": [], "embed one": [], "save": []}
+
+        def timed(name: str, began: float) -> None:
+            spent[name].append((time.perf_counter() - began) * 1000)
+
+        for _ in range(40):
+            began = time.perf_counter()
+            claimed = store.claim_unembedded(8, EMBED_LEASE)
+            timed("claim", began)
+            vectors = []
+            for _, text in claimed:
+                began = time.perf_counter()
+                embedder._tokenizer.encode(text)
+                timed("tokenise", began)
+                began = time.perf_counter()
+                vectors.append(embedder.embed([text]))
+                timed("embed one", began)
+            began = time.perf_counter()
+            store.save_vectors(embedder.model, [i for i, _ in claimed], np.concatenate(vectors))
+            timed("save", began)
+        figures = {
+            name: [round(float(np.percentile(ms, p)), 2) for p in (50, 95)]
+            for name, ms in spent.items()
+        }
+        print(backend, "p50 / p95 ms", figures)
+        store.close()
+    finally:
+        drop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
