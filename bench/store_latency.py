@@ -108,7 +108,7 @@ def run(
 ) -> dict[str, Any]:
     port = bench_port(19600 + os.getpid() % 300)
     configs: dict[str, tuple[Path, dict[str, str]]] = {
-        name: (tree, {}) for name, tree in sides.items()
+        name: (tree, dict(args.side_envs.get(name, {}))) for name, tree in sides.items()
     }
     if backend == "sqlite" and args.normal:
         last = list(sides)[-1]

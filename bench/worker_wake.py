@@ -9,7 +9,10 @@ template with its embedding queue emptied, served with the side's code (`mnemos 
 --workers 1`, the local embedder); after the worker has loaded its model, the server's CPU
 (its processes' user + system time, from /proc) over `--idle` seconds without a request; then
 one client stores `--requests` memories one after the other, each followed by semantic searches
-for its own words every 5 ms until it is found (seconds from the store's answer).
+for its own words every 5 ms until it is found (seconds from the store's answer). With
+`--beside RATE`, another client (a process of its own) stores RATE memories a second (other
+words) for as long as that lasts, so the worker meets requests in flight
+(`mnemos.indexer.InFlight`); reported beside: that client's store p50 / p95 / p99 ms.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +36,31 @@ from bench.run import AGENT, STORE_BODY, bench_port, database
 from bench.store_latency import IDLE_SETTLE_SECONDS, PREPARE
 
 TICKS = os.sysconf("SC_CLK_TCK")
+
+BESIDE = """
+import json, sys, time, uuid
+import httpx
+from bench.run import AGENT, STORE_BODY
+base, key, stop, rate = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+spent = []
+began = time.perf_counter()
+with httpx.Client(base_url=base, headers={"X-API-Key": key}, timeout=60) as http:
+    i = 0
+    while True:
+        time.sleep(max(0.0, began + i / rate - time.perf_counter()))
+        try:
+            open(stop).close()
+            break
+        except FileNotFoundError:
+            pass
+        body = json.loads(STORE_BODY)  # unlike the probes' words: not among their answers
+        body["memory"]["content"] = f"Invoice reminder {i} for the accounting team, {uuid.uuid4().hex}"
+        started = time.perf_counter()
+        http.post(AGENT, json=body).raise_for_status()
+        spent.append((time.perf_counter() - started) * 1000)
+        i += 1
+print(json.dumps(spent))
+"""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -54,6 +83,7 @@ def side(backend: str, template: str, tree: Path, args: argparse.Namespace) -> d
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-wake-"))
     url, drop = database(backend, tmp, template)
     server = None
+    beside: subprocess.Popen[bytes] | None = None
     port = bench_port(19900 + os.getpid() % 90)
     try:
         facts = json.loads(sides_.in_side(tree, PREPARE, url, "idle"))
@@ -63,6 +93,15 @@ def side(backend: str, template: str, tree: Path, args: argparse.Namespace) -> d
         time.sleep(args.idle)
         idle = (cpu_seconds(server.pid) - used) / args.idle
         found: list[float] = []
+        if args.beside:
+            beside = subprocess.Popen(
+                [sys.executable, "-c", BESIDE, f"http://127.0.0.1:{port}", facts["key"]]
+                + [str(tmp / "stop"), str(args.beside)],
+                env=sides_.side_env(tree),
+                cwd=tree,
+                stdout=subprocess.PIPE,
+            )
+            time.sleep(1.0)  # its first stores (and the worker's embedding of them) under way
         with httpx.Client(
             base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": facts["key"]}, timeout=60
         ) as http:
@@ -81,14 +120,25 @@ def side(backend: str, template: str, tree: Path, args: argparse.Namespace) -> d
                         raise RuntimeError("a stored memory was not found by meaning in 30 s")
                     time.sleep(0.005)
                 found.append(time.perf_counter() - began)
-        return {
+        result: dict[str, Any] = {
             "idle CPU, share of a core": round(idle, 4),
             "store to found by meaning s": {
                 f"p{p}": round(float(np.percentile(found, p)), 3) for p in (50, 95, 99)
             },
-            "load average": sides_.load_average(),
         }
+        if beside is not None:
+            (tmp / "stop").touch()
+            spent = json.loads(beside.communicate(timeout=60)[0])
+            result["stores beside"] = len(spent)
+            result["stores beside ms"] = {
+                f"p{p}": round(float(np.percentile(spent, p)), 2) for p in (50, 95, 99)
+            }
+        result["load average"] = sides_.load_average()
+        return result
     finally:
+        if beside is not None and beside.poll() is None:
+            beside.kill()
+            beside.wait()
         sides_.clean_up(server, drop, tmp)
 
 
@@ -105,4 +155,4 @@ def run(
 
 
 if __name__ == "__main__":
-    sides_.main(__doc__, run, requests=30, rounds=2, idle=20)
+    sides_.main(__doc__, run, requests=30, rounds=2, idle=20, beside=0)

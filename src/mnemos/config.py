@@ -93,6 +93,13 @@ class Settings(BaseSettings):
     # Where the local embedder keeps the model it derives from the packaged weights at its first
     # start (mnemos.embedding.integer); unset: $XDG_CACHE_HOME/mnemos or ~/.cache/mnemos.
     embedder_cache_dir: Path | None = None
+    # The most a server's embedding worker waits before each step of its work (a claim, one
+    # text, a save) for a moment without requests in flight (mnemos.indexer.InFlight), and at
+    # most this share of the time its last step took. 0 (the default): it does not wait; 50
+    # lowers store p95 while a backlog drains but delays new memories under steady stores
+    # (docs/decisions.md, "The embedding worker gives way to requests: off by default").
+    embed_give_way_ms: int = Field(default=0, ge=0, le=60_000)
+    embed_give_way_share: float = Field(default=1.0, ge=0)
     # The people's web page (`/ui/`): how long a signed-in browser session lasts, and whether
     # its cookie is always marked Secure (it is whenever the request came over HTTPS; set this
     # behind a TLS-terminating proxy that forwards plain HTTP without proxy headers).

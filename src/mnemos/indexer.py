@@ -9,6 +9,7 @@ them. See docs/search.md, "Write path".
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -31,6 +32,75 @@ is held for it) and ~10 ms of model time, so a store waiting behind the worker w
 this machine's ~100-400 texts/s a queue still drains far faster than clients store."""
 NICENESS = 10
 SWEEP_CHUNKS = 8
+QUIET_SECONDS = 0.002
+"""How long no request must have been in flight before the worker starts a step: a client that
+sends its next request right after an answer (the gap is ~1 ms) finds the worker still waiting,
+not starting a step at that moment."""
+GIVE_WAY_SECONDS = 0.05
+"""The most the worker waits before one step while requests keep coming, when a server turns
+giving way on (`MNEMOS_EMBED_GIVE_WAY_MS=50`; off by default): a batch is 10 steps (the claim,
+8 texts, the save), so under requests that never stop a stored memory still waits at most ~0.5 s
+for its batch."""
+GIVE_WAY_SHARE = 1.0
+"""... and at most this many times as long as its last step took: under requests that never stop
+the worker still works about half the time, so it keeps up with a steady stream of stores
+(with a 50 ms bound alone it embedded ~16 a second behind 50 stores a second: store8)."""
+
+
+class InFlight:
+    """The requests this process is handling (counted by the API's middleware), which the
+    embedding worker gives way to: it starts no step (a claim, one text's embedding, a save) while
+    one is in flight, unless it has waited its bound.
+
+    While it embeds, the worker holds the interpreter lock (tokenising, pooling, SQLAlchemy), the
+    process's SQLite writer, and a core: a request arriving then waits behind it
+    (docs/decisions.md, "The embedding worker gives way to requests")."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._count = 0
+        self._last_end = -math.inf  # time.monotonic() when the last request ended
+        self.delayed = 0
+        """Steps the worker started later because of requests (tests and benchmarks read it)."""
+        self.overdue = 0
+        """... of which started with requests still in flight, at the bound."""
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def begin(self) -> None:
+        with self._changed:
+            self._count += 1
+
+    def end(self) -> None:
+        with self._changed:
+            self._count -= 1
+            self._last_end = time.monotonic()
+            if self._count == 0:
+                self._changed.notify_all()
+
+    def give_way(self, quiet: float, bound: float) -> None:
+        """Return once no request has been in flight for `quiet` seconds, or after `bound`
+        seconds at most."""
+        with self._changed:
+            deadline = None
+            while True:
+                now = time.monotonic()
+                # How long to wait at least before the next look.
+                left = quiet if self._count else self._last_end + quiet - now
+                if left <= 0:
+                    return
+                if deadline is None:
+                    deadline = now + bound
+                    self.delayed += 1
+                if now >= deadline:
+                    self.overdue += self._count > 0
+                    return
+                # Woken when the last request ends; else after the quiet time left (a request
+                # that began and ended meanwhile moved `_last_end`) or at the deadline.
+                wait = deadline - now if self._count else min(left, deadline - now)
+                self._changed.wait(wait)
 
 
 class Indexer:
@@ -41,12 +111,24 @@ class Indexer:
         store: VectorStore,
         embedder: Embedder | Callable[[], Embedder | None],
         batch: int = BATCH,
+        requests: InFlight | None = None,
+        give_way_seconds: float = GIVE_WAY_SECONDS,
+        give_way_share: float = GIVE_WAY_SHARE,
     ):
         """`embedder`, or a function that builds it: then it is built in the worker's thread,
-        so a server answers before its worker's model is loaded."""
+        so a server answers before its worker's model is loaded. With `requests` (a server's),
+        each step waits for a moment without requests in flight, `give_way_seconds` at most
+        (0: it does not wait) and `give_way_share` times its last step's time at most."""
         self.store = store
         self._embedder = embedder
         self.batch = batch
+        self._requests = requests
+        self._bound = give_way_seconds
+        self._share = give_way_share
+        self._step_began = time.monotonic()
+        self._give_way: Callable[[], object] | None = None
+        if requests is not None and give_way_seconds > 0:
+            self._give_way = self._wait_for_quiet
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by a commit of this process that queued memories
         self._thread: threading.Thread | None = None
@@ -79,7 +161,7 @@ class Indexer:
             return
         while not self._stop.is_set():
             try:
-                done = embed_pending(self.store, embedder, self.batch)
+                done = embed_pending(self.store, embedder, self.batch, self._give_way)
             except Exception:  # keep the worker alive; the batch's claim expires and is retried
                 log.exception("embedding queued memories failed")
                 self._stop.wait(ERROR_SECONDS)
@@ -90,9 +172,19 @@ class Indexer:
                 now = time.monotonic()
                 if now >= self._next_sweep:
                     self._next_sweep = now + IDLE_SECONDS
+                    if self._give_way is not None:
+                        self._give_way()
                     self._sweep()
                 self._wake.wait(IDLE_SECONDS)
                 self._wake.clear()  # before the next look at the queue: no wake-up is lost
+
+    def _wait_for_quiet(self) -> None:
+        """Before a step: give way to requests in flight, for at most the bound, and at most
+        `share` times as long as the last step took (the time since the last wait ended)."""
+        assert self._requests is not None
+        worked = time.monotonic() - self._step_began
+        self._requests.give_way(QUIET_SECONDS, min(self._bound, worked * self._share))
+        self._step_began = time.monotonic()
 
     def _sweep(self) -> None:
         """While idle, rewrite a few chunks without the vectors of deleted memories: the whole

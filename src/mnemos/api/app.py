@@ -43,7 +43,7 @@ from mnemos.domain.tuya import TuyaMemories
 from mnemos.domain.tuya_auth import TuyaAuth
 from mnemos.embedding import embedder_from_settings, worker_embedder
 from mnemos.errors import StorageUnavailable
-from mnemos.indexer import Indexer
+from mnemos.indexer import Indexer, InFlight
 from mnemos.mcp.http import McpEndpoint
 from mnemos.ratelimit import build_limiters
 from mnemos.storage import open_store
@@ -115,6 +115,7 @@ def create_app(
     settings = settings or load_settings()
     owns_store = store is None
     mcp = McpEndpoint(settings.max_body_bytes)
+    requests = InFlight()  # counted by the middleware; the embedding worker gives way to them
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -128,7 +129,13 @@ def create_app(
         )
         app.state.services = build_services(settings, store, chosen)
         indexer = (
-            Indexer(app.state.services.store, worker_embedder(chosen))
+            Indexer(
+                app.state.services.store,
+                worker_embedder(chosen),
+                requests=requests,
+                give_way_seconds=settings.embed_give_way_ms / 1000,
+                give_way_share=settings.embed_give_way_share,
+            )
             if chosen is not None
             else None
         )
@@ -170,7 +177,10 @@ def create_app(
     # limit, the access checks.
     app.add_middleware(AccessMiddleware, limiter=limiters.requests)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(InFlightLimitMiddleware, max_in_flight=settings.max_in_flight)
+    app.state.requests = requests
+    app.add_middleware(
+        InFlightLimitMiddleware, max_in_flight=settings.max_in_flight, requests=requests
+    )
     app.add_middleware(ObserveMiddleware, metrics=settings.metrics)  # access line, metrics
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)

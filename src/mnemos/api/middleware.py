@@ -17,6 +17,7 @@ from mnemos.api.access import RATE_LIMIT_STATE, client_address
 from mnemos.api.tuya import envelope
 from mnemos.domain.history import REQUEST_ID
 from mnemos.errors import PayloadTooLarge
+from mnemos.indexer import InFlight
 from mnemos.ratelimit import RateLimiter, Verdict
 
 REQUEST_ID_HEADER = b"x-request-id"
@@ -97,28 +98,29 @@ class InFlightLimitMiddleware:
     """503 `overloaded` once this process is already handling `max_in_flight` requests.
 
     A request counts from its head to its response, so a stalled body counts until the server's
-    body timeout closes its connection; idle connections never count.
+    body timeout closes its connection; idle connections never count. The count is `requests`,
+    which the process's embedding worker also reads (it gives way to requests: `InFlight`).
     """
 
-    def __init__(self, app: ASGIApp, max_in_flight: int):
+    def __init__(self, app: ASGIApp, max_in_flight: int, requests: InFlight | None = None):
         self.app = app
         self.max_in_flight = max_in_flight
-        self.in_flight = 0  # one event loop per process: no lock needed
+        self.requests = requests or InFlight()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.max_in_flight:
+        if self.requests.count >= self.max_in_flight:
             message = "The server is handling too many requests; retry shortly"
             body = error_body("overloaded", message, request_id_of(scope))
             await send_error(send, 503, body, [(b"retry-after", b"1")])
             return
-        self.in_flight += 1
+        self.requests.begin()
         try:
             await self.app(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            self.requests.end()
 
 
 class BodyLimitMiddleware:

@@ -34,7 +34,7 @@ import hashlib
 import logging
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
@@ -273,11 +273,32 @@ def fuse(legs: Sequence[Sequence[Scored]], limit: int) -> list[Scored]:
     return [Scored(memory_id, scores[memory_id]) for memory_id in best[:limit]]
 
 
-def embed_pending(store: VectorStore, embedder: Embedder, batch: int = 32) -> int:
-    """Embed up to `batch` queued memories; how many were taken from the queue."""
+def embed_pending(
+    store: VectorStore,
+    embedder: Embedder,
+    batch: int = 32,
+    give_way: Callable[[], object] | None = None,
+) -> int:
+    """Embed up to `batch` queued memories; how many were taken from the queue.
+
+    With `give_way`, the work is cut into steps (the claim, each text's embedding, the save)
+    and `give_way` is called before each: a server's embedding worker waits there while its
+    process handles requests (`mnemos.indexer.InFlight`). Without it (`mnemos reindex`), the
+    batch's texts go to the embedder in one call."""
+    if give_way is not None:
+        give_way()
     claimed = store.claim_unembedded(batch, EMBED_LEASE)
     if not claimed:
         return 0
-    vectors = embedder.embed([content for _, content in claimed])
+    texts = [content for _, content in claimed]
+    if give_way is None:
+        vectors = embedder.embed(texts)
+    else:
+        rows = []
+        for text in texts:
+            give_way()
+            rows.append(embedder.embed([text]))
+        vectors = np.concatenate(rows)
+        give_way()
     store.save_vectors(embedder.model, [memory_id for memory_id, _ in claimed], vectors)
     return len(claimed)
