@@ -84,3 +84,35 @@ def test_owner_and_tenant_are_estimated_as_the_owner(postgres: str) -> None:
     # Multiplied selectivities would give a tenth (one tenant in ten) of the owner's estimate.
     assert both >= alone * 0.8, (both, alone, real)
     assert both >= real * 0.5, (both, real)
+
+
+def test_the_embedding_worker_s_claim_walks_the_queue_s_index(postgres: str) -> None:
+    """The claim reads the newest queued memories through `ix_vector_queue_order` (migration
+    0022), never the whole queue and a sort (15-18 ms a batch at 100,000 queued)."""
+    engine = sa.create_engine(driver_url(postgres))
+    tenant = uuid.uuid4()
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                """
+                INSERT INTO memories (id, content, search_text, system, type, segment, scope,
+                    metadata, status, inserted_at, updated_at, tenant_id)
+                SELECT gen_random_uuid(), 'm', 'm', 'long_term', 'semantic', 'user', 'agent',
+                    '{}', 'active', now(), now(), %(tenant)s
+                FROM generate_series(1, %(rows)s)
+                """,
+                {"tenant": tenant, "rows": ROWS},
+            )
+            conn.exec_driver_sql("ANALYZE vector_queue")
+            plan = conn.exec_driver_sql(
+                "EXPLAIN (FORMAT JSON) SELECT tenant_id, memory_pk FROM vector_queue"
+                " WHERE claimed_until IS NULL OR claimed_until < now()"
+                " ORDER BY memory_pk DESC LIMIT 8"
+            ).scalar_one()
+            text = json.dumps(plan)
+            assert "ix_vector_queue_order" in text
+            assert '"Sort"' not in text
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM memories WHERE tenant_id = %(t)s", {"t": tenant})
+        engine.dispose()

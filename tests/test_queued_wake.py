@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -92,3 +93,19 @@ def test_a_woken_worker_sweeps_at_most_once_a_look(
     finally:
         worker.stop()
     assert 1 <= len(sweeps) <= 2  # the first idle moment, and perhaps one 5 s on
+
+
+def test_a_memory_just_stored_is_claimed_before_a_backlog(store: Store, world: World) -> None:
+    """The worker claims the newest queued memories first: one tenant's backlog (an import, a
+    burst) never holds another tenant's new memory away from search by meaning."""
+    busy = world.agent(world.user("Busy", "org-busy"))
+    other = world.agent(world.user("Other", "org-other"))
+    start = utcnow()
+    backlog = [agent_memory(busy, f"note {i}", start) for i in range(20)]
+    store.replace_memories(busy.tenant, backlog, [], start)
+    fresh = agent_memory(other, "an aisle seat on long flights")
+    store.insert_memory(fresh)
+    claimed = store.claim_unembedded(1, timedelta(seconds=30))
+    assert [memory_id for memory_id, _ in claimed] == [fresh.id]
+    rest = store.claim_unembedded(len(backlog), timedelta(seconds=30))  # then the backlog
+    assert {memory_id for memory_id, _ in rest} == {m.id for m in backlog}

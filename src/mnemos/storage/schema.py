@@ -340,6 +340,8 @@ vector_queue = sa.Table(
     sa.Column("memory_pk", PK, primary_key=True),
     # A process embedding this memory holds it until then; past it, anyone may take it over.
     sa.Column("claimed_until", UTCDateTime(), nullable=True),
+    # PostgreSQL also indexes `memory_pk` alone (`ix_vector_queue_order`, migration 0022): the
+    # claim's order, newest first; SQLite's `memory_pk` is the rowid.
 )
 
 # The search layout, per tenant and owner (migration 0019): a chunk never mixes tenants.

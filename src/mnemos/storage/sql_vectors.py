@@ -124,12 +124,16 @@ class VectorsSql(SqlBase):
     def claim_unembedded(self, limit: int, lease: timedelta) -> list[tuple[uuid.UUID, str]]:
         now = utcnow()
         free = sa.or_(Q.claimed_until.is_(None), Q.claimed_until < now)
+        # Newest first: a memory just stored is searchable by meaning within a second even
+        # behind a backlog (an import, a backfill, another tenant's burst), which drains when
+        # the worker has time to spare. PostgreSQL walks `ix_vector_queue_order` (migration
+        # 0022), SQLite its rowid, from the end.
         with self._read() as conn:
             waiting = conn.execute(
                 sa.select(Q.tenant_id, Q.memory_pk)
                 .prefix_with(EVERY_TENANT)
                 .where(free)
-                .order_by(Q.memory_pk)
+                .order_by(Q.memory_pk.desc())
                 .limit(limit)
             ).all()
         if not waiting:
