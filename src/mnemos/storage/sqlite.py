@@ -405,7 +405,7 @@ class SqliteStore(SqlStore):
         # carried by every tenant's memories about the person, and without a token the
         # entries are every tenant's: another tenant's writes would fill the pool, so every
         # match is scored there. The audience's other conditions apply after the cut
-        # (`SqlStore.rank_memories` scores every match when they leave too few).
+        # (`SqlStore.rank_memories` scores every match of an audience they leave too few).
         return narrowest_owner(audience) not in (None, "subject_id")
 
     def _search_rank(
@@ -414,6 +414,7 @@ class SqliteStore(SqlStore):
         pool: int | None,
         audience: Audience,  # noqa: ARG002 (the MATCH holds its scope token: `_search_value`)
         index: int,  # noqa: ARG002
+        walk: bool,  # noqa: ARG002 (FTS5 reads the token's entries newest first: one plan)
     ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
         # bm25 works only in a statement that MATCHes the FTS table and nothing else: the
         # matches are scored alone (LIMIT -1 keeps SQLite from flattening them into the join,
