@@ -335,7 +335,9 @@ class PostgresStore(SqlStore):
         audience: Audience,
         index: int,
         walk: bool,
-    ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
+    ) -> tuple[
+        sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float], sa.FromClause | None
+    ]:
         # Without a pool, every match is scored: a common word's cost is then the GIN bitmap
         # of all its matches in every tenant (84,000 for a word in 10% of 1,000,000 memories:
         # ~40 ms), which a LIMIT does not shorten. With a pool, only the owner's newest `pool`
@@ -345,7 +347,7 @@ class PostgresStore(SqlStore):
         terms = _tsquery(param)
         score = sa.func.ts_rank(_search_column(), terms, type_=sa.Float())
         if pool is None:
-            return memories, _search_column().op("@@")(terms), score
+            return memories, _search_column().op("@@")(terms), score, None
         newest: sa.Select[Any] | sa.CompoundSelect[Any] = _newest_matches(
             terms, pool, audience, index
         )
@@ -357,11 +359,13 @@ class PostgresStore(SqlStore):
             walked = _walked_matches(terms, pool, audience, index)
             found = sa.select(sa.func.count()).select_from(walked).scalar_subquery()
             rest = newest.subquery(f"rest{index}")
-            newest = sa.union_all(
+            newest = sa.union(  # distinct: the rest holds the walk's rows again
                 sa.select(walked.c.tenant_id, walked.c.pk),
                 sa.select(rest.c.tenant_id, rest.c.pk).where(found < pool),
             )
-        return memories, sa.tuple_(memories.c.tenant_id, memories.c.pk).in_(newest), score
+        rows = newest.cte(f"pool{index}").prefix_with("MATERIALIZED")
+        keys = sa.select(rows.c.tenant_id, rows.c.pk)
+        return memories, sa.tuple_(memories.c.tenant_id, memories.c.pk).in_(keys), score, rows
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:  # noqa: ARG002
         return tsquery(search)

@@ -335,13 +335,17 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         with self._search_read() as conn, self._search_budget(conn):
             # Only how the pool is found (`_walks_pool`), never which rows it holds.
             walk = any(cuts) and self._walks_pool(conn, query.search)
-            found, kept = self._ranked(conn, query, params, pool, cuts, walk)
+            found, counts = self._ranked(conn, query, params, pool, cuts, walk)
             # A pool is cut on the owner's index entries, before the audience's other
             # conditions (its scopes, a second owner) and the filters: where they leave one
-            # cut audience fewer than `limit`, every match of that audience is scored, so a
-            # pool never shortens an answer. Each audience by its own count: another
-            # audience's matches (another tenant's memories about a person) must not decide it.
-            short = tuple(cut and count < limit for cut, count in zip(cuts, kept, strict=True))
+            # cut audience fewer than `limit`, and the pool left matches out (it is full),
+            # every match of that audience is scored, so a pool never shortens an answer.
+            # Each audience by its own counts: another audience's matches (another tenant's
+            # memories about a person) must not decide it.
+            short = tuple(
+                cut and kept < limit and size >= (pool or 0)
+                for cut, (kept, size) in zip(cuts, counts, strict=True)
+            )
             if any(short):
                 cuts = tuple(cut and not s for cut, s in zip(cuts, short, strict=True))
                 found, _ = self._ranked(conn, query, params, pool, cuts, walk)
@@ -355,9 +359,9 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         pool: int | None,
         cuts: tuple[bool, ...],
         walk: bool,
-    ) -> tuple[list[Scored], tuple[int, ...]]:
-        """The ranking, and how many rows each audience's pool kept after its conditions (0
-        for an audience not cut)."""
+    ) -> tuple[list[Scored], tuple[tuple[int, int], ...]]:
+        """The ranking, and for each audience how many rows its pool kept after the
+        audience's conditions and how many it held (0 and 0 for an audience not cut)."""
         # Which audiences are cut is part of the shape: the parameters' names do not always
         # tell it (PostgreSQL cuts an organization's audience of one scope only).
         shape = (*self._shape("rank", query, params), pool if any(cuts) else None, cuts, walk)
@@ -366,25 +370,26 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             statement = self._ranked_statement(query, pool, cuts, walk)
             self._remember(shape, statement)
         rows = conn.execute(statement, params).all()
-        found = [Scored(row[1], float(row[0])) for row in rows]
-        counts = iter(rows[0][2:] if rows else ())
-        kept = tuple(int(next(counts)) if cut and rows else 0 for cut in cuts)
-        return found, kept
+        found = [Scored(row[1], float(row[0])) for row in rows if row[1] is not None]
+        counts = iter(rows[0][2:] if any(cuts) else ())
+        return found, tuple(
+            (int(next(counts)), int(next(counts))) if cut else (0, 0) for cut in cuts
+        )
 
     def _ranked_statement(
         self, query: MemoryQuery, pool: int | None, cuts: tuple[bool, ...], walk: bool
     ) -> sa.Select[Any]:
-        """`(score, id, kept...)` of the best matches: each audience's matches (its newest
+        """`(score, id, counts...)` of the best matches: each audience's matches (its newest
         `pool`, where `cuts` says so) scored, a memory in several audiences counted once,
         ordered by `(score, id)` descending (the rows of the few a page returns are read after
-        it is cut); `kept`, one column per cut audience, is how many rows its pool kept after
-        the audience's conditions (the pool's rows are materialized once for both)."""
+        it is cut); `counts`, two columns per cut audience: how many rows its pool kept after
+        the audience's conditions, and how many it held (each materialized once)."""
         branches: list[sa.Select[Any]] = []
-        kept: list[sa.ScalarSelect[Any]] = []
+        counts: list[sa.ScalarSelect[Any]] = []
         for index, audience in enumerate(query.audiences):
             param: sa.BindParameter[Any] = sa.bindparam(f"a{index}_search")
             cut = pool if cuts[index] else None
-            source, match, score = self._search_rank(param, cut, audience, index, walk)
+            source, match, score, rows = self._search_rank(param, cut, audience, index, walk)
             branch = (
                 sa.select(
                     M.tenant_id.label("tenant_id"),
@@ -395,8 +400,10 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                 .where(match, *self._branch_conditions(query, index, after=False, search=False))
             )
             if cut is not None:
+                assert rows is not None  # a pool's rows
                 pooled = branch.cte(f"pooled{index}").prefix_with("MATERIALIZED")
-                kept.append(sa.select(sa.func.count()).select_from(pooled).scalar_subquery())
+                for counted in (pooled, rows):
+                    counts.append(sa.select(sa.func.count()).select_from(counted).scalar_subquery())
                 branch = sa.select(pooled.c.tenant_id, pooled.c.id, pooled.c.score)
             branches.append(branch)
         scored = sa.union_all(*branches).subquery("scored")
@@ -405,10 +412,20 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             .group_by(scored.c.tenant_id, scored.c.id)
             .subquery("ranked")
         )
-        return (
-            sa.select(best.c.score, best.c.id, *kept)
+        top = (
+            sa.select(best.c.score, best.c.id)
             .order_by(best.c.score.desc(), best.c.id.desc())
             .limit(sa.bindparam("limit", type_=sa.Integer()))
+        )
+        if not counts:
+            return top
+        # The counts on every row, and on one row of NULLs when nothing matched.
+        ranked = top.subquery("top")
+        counted = sa.select(*(c.label(f"n{i}") for i, c in enumerate(counts))).subquery("n")
+        return (
+            sa.select(ranked.c.score, ranked.c.id, *counted.c)
+            .select_from(counted.outerjoin(ranked, sa.true()))
+            .order_by(ranked.c.score.desc(), ranked.c.id.desc())
         )
 
     def _checked(

@@ -168,14 +168,17 @@ class SqlBase(abc.ABC):
         audience: Audience,
         index: int,
         walk: bool,
-    ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
+    ) -> tuple[
+        sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float], sa.FromClause | None
+    ]:
         """For a relevance order: what to select from (`memories`, joined to the index if the
-        backend needs it), the condition that a row matches the search bound to `param`, and
-        its score there (higher is better). With `pool` (only where `_cuts_pool`), only the
-        newest `pool` matches of `audience`'s owner (number `index` of the query, its values
-        bound as `a{index}_...`) are scored, found by walking the owner's index first if
-        `walk` (`_walks_pool`); which rows they are never depends on `walk`, nor on any other
-        tenant's memories."""
+        backend needs it), the condition that a row matches the search bound to `param`, its
+        score there (higher is better), and the pool's rows (None without a pool). With `pool`
+        (only where `_cuts_pool`), only the newest `pool` matches of `audience`'s owner (number
+        `index` of the query, its values bound as `a{index}_...`) are scored, found by walking
+        the owner's index first if `walk` (`_walks_pool`); which rows they are never depends
+        on `walk`, nor on any other tenant's memories. The pool's rows, one per memory, are
+        counted (fewer than `pool`: it cut nothing)."""
 
     @abc.abstractmethod
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:

@@ -413,14 +413,17 @@ class SqliteStore(SqlStore):
         param: sa.BindParameter[Any],
         pool: int | None,
         audience: Audience,  # noqa: ARG002 (the MATCH holds its scope token: `_search_value`)
-        index: int,  # noqa: ARG002
+        index: int,
         walk: bool,  # noqa: ARG002 (FTS5 reads the token's entries newest first: one plan)
-    ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
+    ) -> tuple[
+        sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float], sa.FromClause | None
+    ]:
         # bm25 works only in a statement that MATCHes the FTS table and nothing else: the
         # matches are scored alone (LIMIT -1 keeps SQLite from flattening them into the join,
         # where bm25 is refused), then joined to their memories. bm25 is lower for better
         # matches; the scope column (owner tokens, migration 0005) weighs nothing. A pool is cut
-        # here (`_cuts_pool`), before the filters: they may keep fewer than `pool`.
+        # here (`_cuts_pool`), before the filters: they may keep fewer than `pool`. Its hits
+        # are materialized: joined, and counted (`SqlStore.rank_memories`).
         fts: sa.ColumnClause[Any] = sa.literal_column("memories_fts")
         rowid: sa.ColumnClause[Any] = sa.literal_column("rowid")
         hits = (
@@ -434,10 +437,18 @@ class SqliteStore(SqlStore):
             .where(fts.op("MATCH")(param))
             .order_by(rowid.desc() if pool else None)
             .limit(sa.literal_column(str(pool or -1)))
-            .subquery("hits")
         )
-        source = memories.join(hits, hits.c.pk == memories.c.pk)
-        return source, sa.true(), hits.c.score
+        if pool is None:
+            scored = hits.subquery("hits")
+            return (
+                memories.join(scored, scored.c.pk == memories.c.pk),
+                sa.true(),
+                scored.c.score,
+                None,
+            )
+        pooled = hits.cte(f"hits{index}").prefix_with("MATERIALIZED")
+        source = memories.join(pooled, pooled.c.pk == memories.c.pk)
+        return source, sa.true(), pooled.c.score, pooled
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:
         return fts5_query(search, audience)
