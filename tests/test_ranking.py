@@ -469,3 +469,35 @@ def test_each_cut_audience_falls_back_to_every_match_on_its_own(
     exact = [s.id for s in store.rank_memories(query, limit=2)]
     assert exact[0] == best.id
     assert [s.id for s in store.rank_memories(query, limit=2, pool=2)] == exact
+
+
+def test_another_tenants_words_do_not_order_this_tenants_search(
+    request: pytest.FixtureRequest, store: Store, world: World
+) -> None:
+    """Two memories that hold two searched words, each one twice and the other once: which
+    ranks first says which word is rarer. SQLite's bm25 counts every tenant's memories for
+    that, so one memory of another tenant holding a word flips this tenant's order: a tenant
+    learns from its own search whether anyone else wrote the word (docs/decisions.md, "No
+    tenant's writes change another tenant's ranking", open). `ts_rank` reads the row alone."""
+    if is_sqlite(store):
+        request.applymarker(
+            pytest.mark.xfail(strict=True, reason="FTS5's bm25 weighs words by every tenant")
+        )
+    ours = world.agent(world.user("Prober", "org-probe"))
+    theirs = world.agent(world.user("Holder", "org-holder"))
+    start = utcnow() - timedelta(hours=1)
+    texts = ["quixotrel quixotrel zzqnonce", "quixotrel zzqnonce zzqnonce", "zzqnonce alone"]
+    probes = [
+        agent_memory(ours, text, start + timedelta(seconds=i)) for i, text in enumerate(texts)
+    ]
+    store.replace_memories(ours.tenant, probes, [], start)
+    audience = Audience(source_agent_id=uuid.UUID(ours.id), tenant_id=ours.tenant)
+    query = filters("quixotrel zzqnonce").within((audience,), Order.RELEVANCE)
+    before = [s.id for s in store.rank_memories(query, limit=2)]
+    if is_sqlite(store):  # 2 memories hold `quixotrel`, 3 `zzqnonce`: the rarer weighs more
+        assert before == [probes[0].id, probes[1].id]
+    secrets = [
+        agent_memory(theirs, f"the quixotrel launch is in spring {i}", utcnow()) for i in range(2)
+    ]
+    store.replace_memories(theirs.tenant, secrets, [], secrets[0].inserted_at)
+    assert [s.id for s in store.rank_memories(query, limit=2)] == before
