@@ -51,8 +51,9 @@ def is_sqlite(store: Store) -> bool:
 
 
 def pool_pays(store: Store, monkeypatch: pytest.MonkeyPatch, min_share: float = 0.001) -> None:
-    """On PostgreSQL, a pool is cut only for a search its statistics call common enough
-    (`POOL_MIN_SHARE`): fresh statistics, and `min_share` as that bound."""
+    """On PostgreSQL, the pool is found by walking the owner's index first only for a search
+    its statistics call common enough (`POOL_MIN_SHARE`; else in the GIN index alone, the same
+    rows): fresh statistics, and `min_share` as that bound, so the walk is what runs."""
     if is_sqlite(store):
         return
     from mnemos.storage import postgres

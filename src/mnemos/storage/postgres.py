@@ -92,10 +92,12 @@ BLOB_SQL: dict[str, str] = {}  # `_blob_rows`' statements, compiled for psycopg
 STATS_SECONDS = 60.0  # how long a process keeps the column statistics it read
 WALKED_OWNERS = ("source_agent_id", "chat_room_id", "organization_id")  # (`_cuts_pool`)
 POOL_MIN_SHARE = 0.05
-"""A hybrid's keyword leg cuts its pool (`_search_rank`) only for a search estimated to match at
-least this share of all memories; the walk for it stops after `pool / POOL_MIN_SHARE` rows of
-the owner's index (10,000 for `HYBRID_POOL`). Walking costs ~3 us a row, a GIN bitmap ~0.4 us a
-match in the whole index: at 1,000,000 memories they break even near 5% (measured, issue 13)."""
+"""A hybrid's keyword leg looks for its pool (`_search_rank`) by walking the owner's index first
+only for a search estimated to match at least this share of all memories (a rarer one: in the
+GIN index alone); the walk stops after `pool / POOL_MIN_SHARE` rows of the owner's index (10,000
+for `HYBRID_POOL`). Walking costs ~3 us a row, a GIN bitmap ~0.4 us a match in the whole index:
+at 1,000,000 memories they break even near 5% (measured, issue 13). Only the plan: the pool is
+the owner's newest matches either way."""
 
 # The statistics ANALYZE (or autovacuum) keeps on the tsvector column: its most common lexemes
 # and the share of rows holding each; the array's last three entries are the least and greatest
