@@ -491,7 +491,9 @@ def test_another_tenants_words_do_not_order_this_tenants_search(
     probes = [
         agent_memory(ours, text, start + timedelta(seconds=i)) for i, text in enumerate(texts)
     ]
-    store.replace_memories(ours.tenant, probes, [], start)
+    # Other memories of ours: FTS5 weighs a word in half the index or more as nothing at all.
+    others = [agent_memory(ours, f"lunch at noon {i}", start) for i in range(20)]
+    store.replace_memories(ours.tenant, probes + others, [], start)
     audience = Audience(source_agent_id=uuid.UUID(ours.id), tenant_id=ours.tenant)
     query = filters("quixotrel zzqnonce").within((audience,), Order.RELEVANCE)
     before = [s.id for s in store.rank_memories(query, limit=2)]

@@ -211,6 +211,23 @@ def _newest_matches(
     )
 
 
+def _beyond_walk(pool: int, audience: Audience, index: int) -> sa.ColumnElement[bool]:
+    """Whether the owner has more rows than `_walked_matches` walks at most (any order: the
+    planner may read its index without the heap where the visibility map allows)."""
+    beyond = memories.alias(f"beyond{index}")
+    return sa.exists(
+        sa.select(sa.literal(1))
+        .where(*_owner_rows(beyond, audience, index))
+        .limit(1)
+        .offset(sa.literal_column(str(_walk_rows(pool))))
+    )
+
+
+def _walk_rows(pool: int) -> int:
+    """The most rows of the owner's index a walk for a pool of `pool` reads."""
+    return math.ceil(pool / POOL_MIN_SHARE)
+
+
 def _walked_matches(
     terms: sa.ColumnElement[Any], pool: int, audience: Audience, index: int
 ) -> sa.CTE:
@@ -232,7 +249,7 @@ def _walked_matches(
         # A LIMIT the planner cannot read (a sub-select) is planned as a tenth of the rows:
         # it walks the index backwards. A constant at least the owner's row count planned
         # a bitmap of all of them and a sort, and read every row before the first match.
-        .limit(sa.literal_column(f"(SELECT {math.ceil(pool / POOL_MIN_SHARE)})"))
+        .limit(sa.literal_column(f"(SELECT {_walk_rows(pool)})"))
         .subquery(f"newest{index}")
     )
     return (
@@ -356,14 +373,18 @@ class PostgresStore(SqlStore):
         if walk:
             # A common word (`_walks_pool`): the owner's index walked newest first, at most
             # `pool / POOL_MIN_SHARE` entries, each row tested against the search, until `pool`
-            # match; only when the walk ends with fewer (the owner's matches are older, or
-            # rarer than the statistics said) are the matches looked up as for a rare word.
+            # match. Only when the walk ends with fewer and the owner has rows it did not reach
+            # (its matches are older, or rarer than the statistics said) are the matches looked
+            # up as for a rare word; a walk to the owner's last row found them all. Both tests
+            # are one-time filters: PostgreSQL evaluates the second only if the first holds.
             walked = _walked_matches(terms, pool, audience, index)
             found = sa.select(sa.func.count()).select_from(walked).scalar_subquery()
             rest = newest.subquery(f"rest{index}")
             newest = sa.union(  # distinct: the rest holds the walk's rows again
                 sa.select(walked.c.tenant_id, walked.c.pk),
-                sa.select(rest.c.tenant_id, rest.c.pk).where(found < pool),
+                sa.select(rest.c.tenant_id, rest.c.pk).where(
+                    found < pool, _beyond_walk(pool, audience, index)
+                ),
             )
         rows = newest.cte(f"pool{index}").prefix_with("MATERIALIZED")
         keys = sa.select(rows.c.tenant_id, rows.c.pk)
