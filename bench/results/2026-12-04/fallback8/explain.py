@@ -1,5 +1,5 @@
 """EXPLAIN ANALYZE of the hybrid keyword leg's ranking statements (pool 500, limit 100), on a
-copy of a PostgreSQL template: `PYTHONPATH=$PWD/src:$PWD python explain.py TEMPLATE OUT`."""
+copy of a PostgreSQL template: `PYTHONPATH=$PWD/src:$PWD python explain.py TEMPLATE OUT [POOL]`."""
 
 import sys
 from typing import Any
@@ -18,7 +18,7 @@ ROWS = {
 }
 
 
-def main(template: str, path: str) -> None:
+def main(template: str, path: str, pool: int) -> None:
     seen: list[tuple[str, Any]] = []
 
     def spy(*args: Any) -> None:
@@ -37,7 +37,7 @@ def main(template: str, path: str) -> None:
             seen.clear()
             sa.event.listen(engine, "before_cursor_execute", spy)
             for _ in range(3):
-                store.rank_memories(query, limit=100, pool=500)
+                store.rank_memories(query, limit=100, pool=pool)
             sa.event.remove(engine, "before_cursor_execute", spy)
             statement, parameters = seen[-1]
             with engine.connect() as conn, conn.connection.driver_connection.cursor() as cur:
@@ -50,4 +50,4 @@ def main(template: str, path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 500)
