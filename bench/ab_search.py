@@ -10,6 +10,8 @@ search of each side in alternation, so both sides see the same load at the same 
 
 The same tree may be two sides that differ in a setting of their servers:
 `--side one=. --side two=. --side-env one=MNEMOS_EMBEDDER_THREADS=1 --side-env two=...=2`.
+`--rows WORD` keeps the rows whose label holds WORD (repeatable). Each row also records each
+side's answer (the ids in order, from its first request) and whether they are all equal.
 """
 
 from __future__ import annotations
@@ -63,6 +65,13 @@ ROWS: dict[str, dict[str, str]] = {
     "hybrid 'harbor', org-wide": {"query": "harbor", "memory_scope": "org"},
     "hybrid 'marigold', one agent": {"query": "marigold"},
     "hybrid 'marigold', org-wide": {"query": "marigold", "memory_scope": "org"},
+    "hybrid 'zebrafinch', one agent": {"query": "zebrafinch"},
+    "hybrid 'zebrafinch', org-wide": {"query": "zebrafinch", "memory_scope": "org"},
+    **{
+        f"keyword '{word}', {where}": {"query": word, "mode": "keyword", **scope}
+        for word in ("harbor", "marigold", "zebrafinch")
+        for where, scope in (("one agent", {}), ("org-wide", {"memory_scope": "org"}))
+    },
 }
 
 
@@ -93,15 +102,29 @@ def run(
             name: httpx.Client(base_url=base, headers={"X-API-Key": key}, timeout=60)
             for name, (base, key) in bases.items()
         }
-        for row, params in ROWS.items():
+        rows = {
+            row: params
+            for row, params in ROWS.items()
+            if not args.rows or any(word in row for word in args.rows)
+        }
+        for row, params in rows.items():
             spent: dict[str, list[float]] = {name: [] for name in sides}
+            answers: dict[str, list[str]] = {}
             for attempt in range(requests + 5):
                 for name, client in clients.items():
+                    # A warm-up reads the first page of 50 (the answer compared); timed
+                    # requests ask for the default page, as before.
+                    asked = params if attempt >= 5 else {**params, "limit": 50}
                     began = time.perf_counter()
-                    client.get(SEARCH, params=params).raise_for_status()
+                    answer = client.get(SEARCH, params=asked)
+                    answer.raise_for_status()
                     if attempt >= 5:
                         spent[name].append((time.perf_counter() - began) * 1000)
+                    else:
+                        answers.setdefault(name, [m["id"] for m in answer.json()["data"]])
             found[row] = {name: vectors.percentiles(ms) for name, ms in spent.items()}
+            found[row]["answers"] = {name: len(ids) for name, ids in answers.items()}
+            found[row]["same answer"] = len({tuple(ids) for ids in answers.values()}) == 1
             print(backend, row, found[row], file=sys.stderr, flush=True)
         for client in clients.values():
             client.close()
@@ -115,4 +138,4 @@ def run(
 
 
 if __name__ == "__main__":
-    sides_.main(__doc__, run, requests=60)
+    sides_.main(__doc__, run, requests=60, rows=[])

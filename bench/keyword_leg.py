@@ -23,7 +23,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from bench import vectors
-from bench.dataset import COMMON, MID
+from bench.dataset import COMMON, MID, RARE
 from mnemos.api.app import create_app
 from mnemos.domain.queries import MemoryQuery
 from mnemos.domain.recall import HYBRID_DEPTH, HYBRID_POOL
@@ -33,6 +33,8 @@ ROWS = {
     f"'{COMMON}' (10%), org-wide": {"query": COMMON, "memory_scope": "org"},
     f"'{MID}' (1%), one agent": {"query": MID},
     f"'{MID}' (1%), org-wide": {"query": MID, "memory_scope": "org"},
+    f"'{RARE}' (0.01%), one agent": {"query": RARE},
+    f"'{RARE}' (0.01%), org-wide": {"query": RARE, "memory_scope": "org"},
 }
 
 

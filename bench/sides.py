@@ -95,16 +95,20 @@ def stop(server: subprocess.Popen[bytes]) -> None:
     server.wait(timeout=60)
 
 
-def main(doc: str | None, run: Run, **counts: int) -> None:
-    """Parse `--side`, `--template`, `--out` and the integer options `counts` (name=default),
-    run each template's backend, and print (and write) the results as JSON."""
+def main(doc: str | None, run: Run, **counts: int | list[str]) -> None:
+    """Parse `--side`, `--template`, `--out` and the options `counts` (name=default: an
+    integer, or a list for a repeatable option), run each template's backend, and print (and
+    write) the results as JSON."""
     parser = argparse.ArgumentParser(
         description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--side", action="append", required=True, metavar="NAME=TREE")
     parser.add_argument("--template", action="append", required=True, metavar="BACKEND=SOURCE")
     for name, default in counts.items():
-        parser.add_argument(f"--{name}", type=int, default=default)
+        if isinstance(default, list):
+            parser.add_argument(f"--{name}", action="append", default=default)
+        else:
+            parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument(
         "--side-env",
         action="append",

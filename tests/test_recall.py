@@ -866,7 +866,7 @@ def test_hybrid_ranks_words_among_the_newest_matches_only(
     """A hybrid search's keyword leg scores the newest `HYBRID_POOL` matches when they give it
     its `HYBRID_DEPTH`: a memory older than those gets its share of the score from its meaning
     alone, however well its words match (a keyword search still ranks every match). On
-    PostgreSQL, for a word its statistics call common (`pool_pays`)."""
+    PostgreSQL, found by the walk (`pool_pays`: a word its statistics call common)."""
     monkeypatch.setattr(recall, "HYBRID_POOL", 2)
     monkeypatch.setattr(recall, "HYBRID_DEPTH", 2)
     writer = acme["writer"]

@@ -92,10 +92,12 @@ BLOB_SQL: dict[str, str] = {}  # `_blob_rows`' statements, compiled for psycopg
 STATS_SECONDS = 60.0  # how long a process keeps the column statistics it read
 WALKED_OWNERS = ("source_agent_id", "chat_room_id", "organization_id")  # (`_cuts_pool`)
 POOL_MIN_SHARE = 0.05
-"""A hybrid's keyword leg cuts its pool (`_search_rank`) only for a search estimated to match at
-least this share of all memories; the walk for it stops after `pool / POOL_MIN_SHARE` rows of
-the owner's index (10,000 for `HYBRID_POOL`). Walking costs ~3 us a row, a GIN bitmap ~0.4 us a
-match in the whole index: at 1,000,000 memories they break even near 5% (measured, issue 13)."""
+"""A hybrid's keyword leg looks for its pool (`_search_rank`) by walking the owner's index first
+only for a search estimated to match at least this share of all memories (a rarer one: in the
+GIN index alone); the walk stops after `pool / POOL_MIN_SHARE` rows of the owner's index (10,000
+for `HYBRID_POOL`). Walking costs ~3 us a row, a GIN bitmap ~0.4 us a match in the whole index:
+at 1,000,000 memories they break even near 5% (measured, issue 13). Only the plan: the pool is
+the owner's newest matches either way."""
 
 # The statistics ANALYZE (or autovacuum) keeps on the tsvector column: its most common lexemes
 # and the share of rows holding each; the array's last three entries are the least and greatest
@@ -172,6 +174,94 @@ def _tsquery(param: sa.BindParameter[Any]) -> sa.ColumnElement[Any]:
     return sa.func.to_tsquery(sa.literal_column("'simple'::regconfig"), words)
 
 
+def _owner_rows(
+    table: sa.FromClause, audience: Audience, index: int
+) -> list[sa.ColumnElement[bool]]:
+    """The rows of `audience`'s owner in `table`, as its ordered index holds them: an agent's
+    or a room's, or an organization's with one scope (`PostgresStore._cuts_pool`)."""
+    column = narrowest_owner(audience)
+    assert column is not None  # `_cuts_pool`
+    owner = [table.c[column] == sa.bindparam(f"a{index}_{column}")]
+    if column == "organization_id":  # ix_memories_org_order: (organization_id, scope, ...)
+        owner.append(table.c.scope.in_(sa.bindparam(f"a{index}_scopes", expanding=True)))
+    return owner
+
+
+def _newest_matches(
+    terms: sa.ColumnElement[Any], pool: int, audience: Audience, index: int
+) -> sa.Select[Any]:
+    """`(tenant_id, pk)` of the owner's newest `pool` matches, from every match looked up in
+    the GIN index (a bitmap), sorted. The matches are materialized first: with the LIMIT in
+    sight, the planner may walk the owner's index backwards for a word it thinks common, past
+    every row of an owner that rarely uses it."""
+    found = memories.alias(f"found{index}")
+    matches = (
+        sa.select(found.c.tenant_id, found.c.pk, found.c.inserted_at, found.c.id)
+        .where(
+            *_owner_rows(found, audience, index),
+            sa.literal_column(f"found{index}.search").op("@@")(terms),
+        )
+        .cte(f"matches{index}")
+        .prefix_with("MATERIALIZED")
+    )
+    return (
+        sa.select(matches.c.tenant_id, matches.c.pk)
+        .order_by(matches.c.inserted_at.desc(), matches.c.id.desc())
+        .limit(sa.literal_column(str(pool)))
+    )
+
+
+def _beyond_walk(pool: int, audience: Audience, index: int) -> sa.ColumnElement[bool]:
+    """Whether the owner has more rows than `_walked_matches` walks at most (any order: the
+    planner may read its index without the heap where the visibility map allows)."""
+    beyond = memories.alias(f"beyond{index}")
+    return sa.exists(
+        sa.select(sa.literal(1))
+        .where(*_owner_rows(beyond, audience, index))
+        .limit(1)
+        .offset(sa.literal_column(str(_walk_rows(pool))))
+    )
+
+
+def _walk_rows(pool: int) -> int:
+    """The most rows of the owner's index a walk for a pool of `pool` reads."""
+    return math.ceil(pool / POOL_MIN_SHARE)
+
+
+def _walked_matches(
+    terms: sa.ColumnElement[Any], pool: int, audience: Audience, index: int
+) -> sa.CTE:
+    """`(tenant_id, pk)` of the owner's newest `pool` matches among its newest
+    `pool / POOL_MIN_SHARE` rows (its index walked backwards, each row tested): the same
+    rows as `_newest_matches` when it finds `pool`, else the newest of them (materialized:
+    they are counted too)."""
+    walked = memories.alias(f"walked{index}")
+    newest = (
+        sa.select(
+            walked.c.tenant_id,
+            walked.c.pk,
+            sa.literal_column(f"walked{index}.search").label("search"),  # not in `schema`
+            walked.c.inserted_at,
+            walked.c.id,
+        )
+        .where(*_owner_rows(walked, audience, index))
+        .order_by(walked.c.inserted_at.desc(), walked.c.id.desc())
+        # A LIMIT the planner cannot read (a sub-select) is planned as a tenth of the rows:
+        # it walks the index backwards. A constant at least the owner's row count planned
+        # a bitmap of all of them and a sort, and read every row before the first match.
+        .limit(sa.literal_column(f"(SELECT {_walk_rows(pool)})"))
+        .subquery(f"newest{index}")
+    )
+    return (
+        sa.select(newest.c.tenant_id, newest.c.pk)
+        .where(newest.c.search.op("@@")(terms))
+        .order_by(newest.c.inserted_at.desc(), newest.c.id.desc())
+        .limit(sa.literal_column(str(pool)))
+        .cte(f"walk{index}")
+        .prefix_with("MATERIALIZED")
+    )
+
+
 class PostgresStore(SqlStore):
     """Many stateless Mnemos processes can share one of these."""
 
@@ -244,10 +334,11 @@ class PostgresStore(SqlStore):
             return audience.scopes is not None and len(audience.scopes) == 1
         return column in WALKED_OWNERS
 
-    def _pool_pays(self, conn: Connection, search: SearchQuery) -> bool:
-        # Walking pays for a common search only: its cost is the rows walked (about
+    def _walks_pool(self, conn: Connection, search: SearchQuery) -> bool:
+        # Walking first pays for a common search only: its cost is the rows walked (about
         # pool / share), the bitmap's is every match in the index (share * rows). The share of
-        # the whole query is estimated as the product of its parts' (they are ANDed).
+        # the whole query is estimated as the product of its parts' (they are ANDed). The
+        # statistics count every tenant's memories: they choose the plan, never the pool.
         stats = self._term_stats(conn, search)
         if stats is None or stats.rows <= 0:
             return False
@@ -262,47 +353,42 @@ class PostgresStore(SqlStore):
         pool: int | None,
         audience: Audience,
         index: int,
-    ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
+        walk: bool,
+    ) -> tuple[
+        sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float], sa.FromClause | None
+    ]:
         # Without a pool, every match is scored: a common word's cost is then the GIN bitmap
         # of all its matches in every tenant (84,000 for a word in 10% of 1,000,000 memories:
-        # ~40 ms), which a LIMIT does not shorten. With a pool (a common word: `_pool_pays`),
-        # the owner's index is walked newest first, at most `pool / POOL_MIN_SHARE` entries,
-        # each row tested against the search, until `pool` match: their keys are the pool, and
-        # each is read again below through the primary key with every condition of the
-        # audience (docs/decisions.md, "A walked pool on PostgreSQL").
+        # ~40 ms), which a LIMIT does not shorten. With a pool, only the owner's newest `pool`
+        # matches are scored: each is read again below through the primary key with every
+        # condition of the audience (docs/decisions.md, "A walked pool on PostgreSQL" and "The
+        # pool is the owner's newest matches").
         terms = _tsquery(param)
         score = sa.func.ts_rank(_search_column(), terms, type_=sa.Float())
         if pool is None:
-            return memories, _search_column().op("@@")(terms), score
-        walked = memories.alias("walked")
-        column = narrowest_owner(audience)
-        assert column is not None  # `_cuts_pool`
-        owner = [walked.c[column] == sa.bindparam(f"a{index}_{column}")]
-        if column == "organization_id":  # ix_memories_org_order: (organization_id, scope, ...)
-            owner.append(walked.c.scope.in_(sa.bindparam(f"a{index}_scopes", expanding=True)))
-        newest = (
-            sa.select(
-                walked.c.tenant_id,
-                walked.c.pk,
-                sa.literal_column("walked.search").label("search"),  # not in `schema.memories`
-                walked.c.inserted_at,
-                walked.c.id,
+            return memories, _search_column().op("@@")(terms), score, None
+        newest: sa.Select[Any] | sa.CompoundSelect[Any] = _newest_matches(
+            terms, pool, audience, index
+        )
+        if walk:
+            # A common word (`_walks_pool`): the owner's index walked newest first, at most
+            # `pool / POOL_MIN_SHARE` entries, each row tested against the search, until `pool`
+            # match. Only when the walk ends with fewer and the owner has rows it did not reach
+            # (its matches are older, or rarer than the statistics said) are the matches looked
+            # up as for a rare word; a walk to the owner's last row found them all. Both tests
+            # are one-time filters: PostgreSQL evaluates the second only if the first holds.
+            walked = _walked_matches(terms, pool, audience, index)
+            found = sa.select(sa.func.count()).select_from(walked).scalar_subquery()
+            rest = newest.subquery(f"rest{index}")
+            newest = sa.union(  # distinct: the rest holds the walk's rows again
+                sa.select(walked.c.tenant_id, walked.c.pk),
+                sa.select(rest.c.tenant_id, rest.c.pk).where(
+                    found < pool, _beyond_walk(pool, audience, index)
+                ),
             )
-            .where(*owner)
-            .order_by(walked.c.inserted_at.desc(), walked.c.id.desc())
-            # A LIMIT the planner cannot read (a sub-select) is planned as a tenth of the rows:
-            # it walks the index backwards. A constant at least the owner's row count planned
-            # a bitmap of all of them and a sort, and read every row before the first match.
-            .limit(sa.literal_column(f"(SELECT {math.ceil(pool / POOL_MIN_SHARE)})"))
-            .subquery("newest")
-        )
-        matched = (
-            sa.select(newest.c.tenant_id, newest.c.pk)
-            .where(newest.c.search.op("@@")(terms))
-            .order_by(newest.c.inserted_at.desc(), newest.c.id.desc())
-            .limit(sa.literal_column(str(pool)))
-        )
-        return memories, sa.tuple_(memories.c.tenant_id, memories.c.pk).in_(matched), score
+        rows = newest.cte(f"pool{index}").prefix_with("MATERIALIZED")
+        keys = sa.select(rows.c.tenant_id, rows.c.pk)
+        return memories, sa.tuple_(memories.c.tenant_id, memories.c.pk).in_(keys), score, rows
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:  # noqa: ARG002
         return tsquery(search)

@@ -329,45 +329,68 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             raise ValueError("rank_memories needs a search in relevance order")
         if not query.audiences:
             return []
-        if pool is not None and not any(self._cuts_pool(a) for a in query.audiences):
-            pool = None
+        cuts = tuple(pool is not None and self._cuts_pool(a) for a in query.audiences)
         params = self._list_params(query, None)
         params["limit"] = limit
         with self._search_read() as conn, self._search_budget(conn):
-            if pool is not None and not self._pool_pays(conn, query.search):
-                pool = None
-            found = self._ranked(conn, query, params, pool)
+            # Only how the pool is found (`_walks_pool`), never which rows it holds.
+            walk = any(cuts) and self._walks_pool(conn, query.search)
+            found, counts = self._ranked(conn, query, params, pool, cuts, walk)
             # A pool is cut on the owner's index entries, before the audience's other
-            # conditions (its scopes, a second owner) and the filters: where they leave fewer
-            # than `limit`, every match is scored, so a pool never shortens an answer.
-            if pool is not None and len(found) < limit:
-                found = self._ranked(conn, query, params, None)
+            # conditions (its scopes, a second owner) and the filters: where they leave one
+            # cut audience fewer than `limit`, and the pool left matches out (it is full),
+            # every match of that audience is scored, so a pool never shortens an answer.
+            # Each audience by its own counts: another audience's matches (another tenant's
+            # memories about a person) must not decide it.
+            short = tuple(
+                cut and kept < limit and size >= (pool or 0)
+                for cut, (kept, size) in zip(cuts, counts, strict=True)
+            )
+            if any(short):
+                cuts = tuple(cut and not s for cut, s in zip(cuts, short, strict=True))
+                found, _ = self._ranked(conn, query, params, pool, cuts, walk)
             return found
 
     def _ranked(
-        self, conn: Connection, query: MemoryQuery, params: dict[str, Any], pool: int | None
-    ) -> list[Scored]:
+        self,
+        conn: Connection,
+        query: MemoryQuery,
+        params: dict[str, Any],
+        pool: int | None,
+        cuts: tuple[bool, ...],
+        walk: bool,
+    ) -> tuple[list[Scored], tuple[tuple[int, int], ...]]:
+        """The ranking, and for each audience how many rows its pool kept after the
+        audience's conditions and how many it held (0 and 0 for an audience not cut)."""
         # Which audiences are cut is part of the shape: the parameters' names do not always
         # tell it (PostgreSQL cuts an organization's audience of one scope only).
-        cuts = None if pool is None else tuple(self._cuts_pool(a) for a in query.audiences)
-        shape = (*self._shape("rank", query, params), pool, cuts)
+        shape = (*self._shape("rank", query, params), pool if any(cuts) else None, cuts, walk)
         statement = self._statements.get(shape)
         if statement is None:
-            statement = self._ranked_statement(query, pool)
+            statement = self._ranked_statement(query, pool, cuts, walk)
             self._remember(shape, statement)
-        return [Scored(row[1], float(row[0])) for row in conn.execute(statement, params)]
+        rows = conn.execute(statement, params).all()
+        found = [Scored(row[1], float(row[0])) for row in rows if row[1] is not None]
+        counts = iter(rows[0][2:] if any(cuts) else ())
+        return found, tuple(
+            (int(next(counts)), int(next(counts))) if cut else (0, 0) for cut in cuts
+        )
 
-    def _ranked_statement(self, query: MemoryQuery, pool: int | None) -> sa.Select[Any]:
-        """`(score, id)` of the best matches: each audience's matches (its newest `pool`, where
-        the backend cuts one: `_cuts_pool`) scored, a memory in several audiences counted once,
+    def _ranked_statement(
+        self, query: MemoryQuery, pool: int | None, cuts: tuple[bool, ...], walk: bool
+    ) -> sa.Select[Any]:
+        """`(score, id, counts...)` of the best matches: each audience's matches (its newest
+        `pool`, where `cuts` says so) scored, a memory in several audiences counted once,
         ordered by `(score, id)` descending (the rows of the few a page returns are read after
-        it is cut)."""
+        it is cut); `counts`, two columns per cut audience: how many rows its pool kept after
+        the audience's conditions, and how many it held (each materialized once)."""
         branches: list[sa.Select[Any]] = []
+        counts: list[sa.ScalarSelect[Any]] = []
         for index, audience in enumerate(query.audiences):
             param: sa.BindParameter[Any] = sa.bindparam(f"a{index}_search")
-            cut = pool if pool is not None and self._cuts_pool(audience) else None
-            source, match, score = self._search_rank(param, cut, audience, index)
-            branches.append(
+            cut = pool if cuts[index] else None
+            source, match, score, rows = self._search_rank(param, cut, audience, index, walk)
+            branch = (
                 sa.select(
                     M.tenant_id.label("tenant_id"),
                     M.id.label("id"),
@@ -376,16 +399,33 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                 .select_from(source)
                 .where(match, *self._branch_conditions(query, index, after=False, search=False))
             )
+            if cut is not None:
+                assert rows is not None  # a pool's rows
+                pooled = branch.cte(f"pooled{index}").prefix_with("MATERIALIZED")
+                for counted in (pooled, rows):
+                    counts.append(sa.select(sa.func.count()).select_from(counted).scalar_subquery())
+                branch = sa.select(pooled.c.tenant_id, pooled.c.id, pooled.c.score)
+            branches.append(branch)
         scored = sa.union_all(*branches).subquery("scored")
         best = (
             sa.select(scored.c.tenant_id, scored.c.id, sa.func.max(scored.c.score).label("score"))
             .group_by(scored.c.tenant_id, scored.c.id)
             .subquery("ranked")
         )
-        return (
+        top = (
             sa.select(best.c.score, best.c.id)
             .order_by(best.c.score.desc(), best.c.id.desc())
             .limit(sa.bindparam("limit", type_=sa.Integer()))
+        )
+        if not counts:
+            return top
+        # The counts on every row, and on one row of NULLs when nothing matched.
+        ranked = top.subquery("top")
+        counted = sa.select(*(c.label(f"n{i}") for i, c in enumerate(counts))).subquery("n")
+        return (
+            sa.select(ranked.c.score, ranked.c.id, *counted.c)
+            .select_from(counted.outerjoin(ranked, sa.true()))
+            .order_by(ranked.c.score.desc(), ranked.c.id.desc())
         )
 
     def _checked(

@@ -150,8 +150,10 @@ class SqlBase(abc.ABC):
         to (else every match is scored: the pool is a bound on work, not on the answer)."""
         return False
 
-    def _pool_pays(self, conn: Connection, search: SearchQuery) -> bool:  # noqa: ARG002
-        """Whether cutting a pool is worth it for `search` (asked only where `_cuts_pool`)."""
+    def _walks_pool(self, conn: Connection, search: SearchQuery) -> bool:  # noqa: ARG002
+        """Whether `_search_rank` looks for a pool of `search`'s matches by walking the owner's
+        index first (asked only where `_cuts_pool`): a choice of plan, which may read any
+        tenant's statistics because the pool's rows are the same either way."""
         return True
 
     @abc.abstractmethod
@@ -160,13 +162,23 @@ class SqlBase(abc.ABC):
 
     @abc.abstractmethod
     def _search_rank(
-        self, param: sa.BindParameter[Any], pool: int | None, audience: Audience, index: int
-    ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
+        self,
+        param: sa.BindParameter[Any],
+        pool: int | None,
+        audience: Audience,
+        index: int,
+        walk: bool,
+    ) -> tuple[
+        sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float], sa.FromClause | None
+    ]:
         """For a relevance order: what to select from (`memories`, joined to the index if the
-        backend needs it), the condition that a row matches the search bound to `param`, and
-        its score there (higher is better). With `pool` (only where `_cuts_pool`), only the
-        newest `pool` matches of `audience` (number `index` of the query, its values bound as
-        `a{index}_...`) are scored."""
+        backend needs it), the condition that a row matches the search bound to `param`, its
+        score there (higher is better), and the pool's rows (None without a pool). With `pool`
+        (only where `_cuts_pool`), only the newest `pool` matches of `audience`'s owner (number
+        `index` of the query, its values bound as `a{index}_...`) are scored, found by walking
+        the owner's index first if `walk` (`_walks_pool`); which rows they are never depends
+        on `walk`, nor on any other tenant's memories. The pool's rows, one per memory, are
+        counted (fewer than `pool`: it cut nothing)."""
 
     @abc.abstractmethod
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:

@@ -432,7 +432,7 @@ class SqliteStore(SqlStore):
         # carried by every tenant's memories about the person, and without a token the
         # entries are every tenant's: another tenant's writes would fill the pool, so every
         # match is scored there. The audience's other conditions apply after the cut
-        # (`SqlStore.rank_memories` scores every match when they leave too few).
+        # (`SqlStore.rank_memories` scores every match of an audience they leave too few).
         return narrowest_owner(audience) not in (None, "subject_id")
 
     def _search_rank(
@@ -440,13 +440,17 @@ class SqliteStore(SqlStore):
         param: sa.BindParameter[Any],
         pool: int | None,
         audience: Audience,  # noqa: ARG002 (the MATCH holds its scope token: `_search_value`)
-        index: int,  # noqa: ARG002
-    ) -> tuple[sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float]]:
+        index: int,
+        walk: bool,  # noqa: ARG002 (FTS5 reads the token's entries newest first: one plan)
+    ) -> tuple[
+        sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float], sa.FromClause | None
+    ]:
         # bm25 works only in a statement that MATCHes the FTS table and nothing else: the
         # matches are scored alone (LIMIT -1 keeps SQLite from flattening them into the join,
         # where bm25 is refused), then joined to their memories. bm25 is lower for better
         # matches; the scope column (owner tokens, migration 0005) weighs nothing. A pool is cut
-        # here (`_cuts_pool`), before the filters: they may keep fewer than `pool`.
+        # here (`_cuts_pool`), before the filters: they may keep fewer than `pool`. Its hits
+        # are materialized: joined, and counted (`SqlStore.rank_memories`).
         fts: sa.ColumnClause[Any] = sa.literal_column("memories_fts")
         rowid: sa.ColumnClause[Any] = sa.literal_column("rowid")
         hits = (
@@ -460,10 +464,18 @@ class SqliteStore(SqlStore):
             .where(fts.op("MATCH")(param))
             .order_by(rowid.desc() if pool else None)
             .limit(sa.literal_column(str(pool or -1)))
-            .subquery("hits")
         )
-        source = memories.join(hits, hits.c.pk == memories.c.pk)
-        return source, sa.true(), hits.c.score
+        if pool is None:
+            scored = hits.subquery("hits")
+            return (
+                memories.join(scored, scored.c.pk == memories.c.pk),
+                sa.true(),
+                scored.c.score,
+                None,
+            )
+        pooled = hits.cte(f"hits{index}").prefix_with("MATERIALIZED")
+        source = memories.join(pooled, pooled.c.pk == memories.c.pk)
+        return source, sa.true(), pooled.c.score, pooled
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:
         return fts5_query(search, audience)
