@@ -458,7 +458,12 @@ def test_the_sweep_drops_deleted_vectors_from_sealed_chunks(
     now = made[0].inserted_at
     store.replace_memories(made[0].tenant_id, made, [], now)
     drain(store, embedder)
-    gone = [m.id for m in made[:5]]
+    with store._read() as conn:  # type: ignore[attr-defined]
+        (sealed,) = conn.execute(sa.select(vector_chunks.c.pks)).scalars().all()
+        in_chunk = np.frombuffer(bytes(sealed), dtype="<i8").tolist()[:5]
+        gone = list(
+            conn.execute(sa.select(memories.c.id).where(memories.c.pk.in_(in_chunk))).scalars()
+        )
     store.delete_memories(made[0].tenant_id, gone)
     position = store.compact_vectors(None, 1)
     while position is not None:
