@@ -38,6 +38,19 @@ from mnemos.domain.models import Memory, Status, UserContext
 router = APIRouter(prefix="/api/v1/me", tags=["Human API"], route_class=MnemosRoute)
 
 
+def human_list_params(
+    scope: HumanView = Query("all"),
+    chat_room_id: str | None = Query(None),
+    source_agent_id: str | None = Query(None),
+) -> HumanListParams:
+    """The human list's own parameters (a list and a search take the same)."""
+    return HumanListParams(
+        scope=scope,
+        chat_room_id=parse_uuid(chat_room_id, "chat_room_id") if chat_room_id else None,
+        source_agent_id=parse_uuid(source_agent_id, "source_agent_id") if source_agent_id else None,
+    )
+
+
 def _with_display(svc: Services, ctx: UserContext, items: list[Memory]) -> list[dict[str, object]]:
     return _displayed(items, svc.human.display_fields(ctx, items))
 
@@ -56,18 +69,11 @@ def _displayed(
 )
 def list_memories(
     ctx: UserContext = Depends(user_caller),
+    params: HumanListParams = Depends(human_list_params),
     query: ListQuery = Depends(list_query),
-    scope: HumanView = Query("all"),
-    chat_room_id: str | None = Query(None),
-    source_agent_id: str | None = Query(None),
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """Memories about you, of your organization, in your rooms, and private to your agents."""
-    params = HumanListParams(
-        scope=scope,
-        chat_room_id=parse_uuid(chat_room_id, "chat_room_id") if chat_room_id else None,
-        source_agent_id=parse_uuid(source_agent_id, "source_agent_id") if source_agent_id else None,
-    )
     result, shown = svc.human.page_with_display(ctx, params, query.filters, query.page)
     return memory_page(result, _displayed(result.items, shown))
 
@@ -80,19 +86,12 @@ def list_memories(
 )
 def search_memories(
     ctx: UserContext = Depends(user_caller),
+    params: HumanListParams = Depends(human_list_params),
     search: SearchRequest = Depends(search_request),
-    scope: HumanView = Query("all"),
-    chat_room_id: str | None = Query(None),
-    source_agent_id: str | None = Query(None),
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """The memories of your list with the same `scope` and filters, best first for `query`
     (modes as the agent search). A Mnemos extension: Band has no search route."""
-    params = HumanListParams(
-        scope=scope,
-        chat_room_id=parse_uuid(chat_room_id, "chat_room_id") if chat_room_id else None,
-        source_agent_id=parse_uuid(source_agent_id, "source_agent_id") if source_agent_id else None,
-    )
     found, shown = svc.human.recall(
         ctx, params, search.filters, search.text, search.mode, search.limit, search.cursor
     )
