@@ -70,3 +70,19 @@ def test_each_caller_keeps_a_bounded_number_in_the_file(store: SqliteStore) -> N
     store.keep_search("b", [(uuid.uuid4(), 0.5)], later, "agent:b", 2)
     kept = [name for name in ("s0", "s1", "s2", "s3", "b") if store.kept_search(name)]
     assert kept == ["s2", "s3", "b"]
+
+
+def test_an_answer_that_cannot_be_kept_is_as_one_lost_in_a_crash(
+    database: Path, store: SqliteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A directory where the file should be: SQLite cannot open it (as a file left by another
+    # user, or a read-only mount). Keeping logs and goes on; reading finds nothing (the
+    # cursor then says "expired"); neither fails the search it serves with 503.
+    (database.parent / (database.name + SUFFIX)).mkdir()
+    with caplog.at_level("WARNING", logger="mnemos"):
+        store.keep_search("s1", [(uuid.uuid4(), 0.5)], utcnow() + timedelta(minutes=5), "a", 10)
+        assert store.kept_search("s1") is None
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        "a search's kept answer could not be kept",
+        "a search's kept answer could not be read",
+    ]

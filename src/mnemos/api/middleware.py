@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mnemos.api.access import RATE_LIMIT_STATE, client_address
 from mnemos.api.tuya import envelope
-from mnemos.domain.history import REQUEST_ID
+from mnemos.domain.history import REQUEST_ID, REQUEST_ID_LENGTH
 from mnemos.errors import PayloadTooLarge
 from mnemos.indexer import InFlight
 from mnemos.ratelimit import RateLimiter, Verdict
@@ -23,7 +23,7 @@ from mnemos.ratelimit import RateLimiter, Verdict
 REQUEST_ID_HEADER = b"x-request-id"
 # An incoming X-Request-ID is kept when it looks like an id (a proxy's or a client's), so one id
 # follows a request through every log; anything else is replaced by a fresh one.
-WELL_FORMED_REQUEST_ID = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+WELL_FORMED_REQUEST_ID = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._:-]{0,%d}" % (REQUEST_ID_LENGTH - 1))
 
 
 def error_body(code: str, message: str, request_id: str, details: Any = None) -> bytes:

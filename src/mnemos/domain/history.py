@@ -22,6 +22,9 @@ from mnemos.domain.models import (
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("mnemos_request_id", default=None)
 """The id of the request being served, if any (`X-Request-Id`)."""
+REQUEST_ID_LENGTH = 128
+"""The longest request id: an incoming `X-Request-ID` is kept up to this length (the API's
+middleware) and every change records it (`memory_history.request_id`, `erasures.request_id`)."""
 
 
 def by_agent(ctx: AgentContext) -> ChangedBy:

@@ -85,11 +85,14 @@ class SearchPages(Protocol):
         most: int,
     ) -> None:
         """Keep `ranked` (memory ids and scores, in order) as `search_id` until `expires_at`,
-        for `owner`, whose answers beyond its newest `most` (this one included) go."""
+        for `owner`, whose answers beyond its newest `most` (this one included) go. A kept
+        answer is a cache: one the store cannot write is as one lost in a crash (its cursor
+        says "expired"), and the search it belongs to is still answered."""
 
     @abc.abstractmethod
     def kept_search(self, search_id: str) -> list[tuple[uuid.UUID, float]] | None:
-        """What `keep_search` kept, in its order; None once it expired (or never was)."""
+        """What `keep_search` kept, in its order; None once it expired (or never was, or
+        cannot be read)."""
 
 
 class MemoryStore(Protocol):

@@ -8,6 +8,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
+from mnemos.domain.history import REQUEST_ID_LENGTH
+
 metadata = sa.MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -391,7 +393,7 @@ memory_history = sa.Table(
     sa.Column("event", sa.String(16), nullable=False),
     sa.Column("actor_type", sa.String(16), nullable=False),
     sa.Column("actor_id", sa.String(64), nullable=True),
-    sa.Column("request_id", sa.String(64), nullable=True),
+    sa.Column("request_id", sa.String(REQUEST_ID_LENGTH), nullable=True),
     sa.Column("superseded_by", sa.Uuid(), nullable=True),
     sa.Column("at", UTCDateTime(), nullable=False),
     sa.Index("ix_memory_history_memory", "memory_id", "pk"),
@@ -406,7 +408,7 @@ erasures = sa.Table(
     sa.Column("subject_id", sa.Uuid(), nullable=False, index=True),
     sa.Column("actor_type", sa.String(16), nullable=False),
     sa.Column("actor_id", sa.String(64), nullable=True),
-    sa.Column("request_id", sa.String(64), nullable=True),
+    sa.Column("request_id", sa.String(REQUEST_ID_LENGTH), nullable=True),
     sa.Column("erased", sa.Integer(), nullable=False),
     sa.Column("at", UTCDateTime(), nullable=False),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import logging
 import os
 import struct
 import threading
@@ -36,6 +37,7 @@ from mnemos.storage.schema import (
 )
 from mnemos.storage.search_plan import TermStats
 
+log = logging.getLogger("mnemos")
 M = memories.c
 DEFAULT_SEARCH_BUDGET_MS = 1000  # as `Settings.search_budget_ms`
 _SCORE = struct.Struct("<d")
@@ -505,15 +507,16 @@ class SqlBase(abc.ABC):
         most: int,
     ) -> None:
         packed = b"".join(memory_id.bytes + _SCORE.pack(score) for memory_id, score in ranked)
-        self._remember_until(
-            search_pages,
-            search_id,
-            expires_at,
-            write=functools.partial(self._kept, write=True),
-            then=(_TRIM_KEPT, {"owner": owner, "most": most}),
-            ranked=packed,
-            owner=owner,
-        )
+        with _cache_failures("kept"):
+            self._remember_until(
+                search_pages,
+                search_id,
+                expires_at,
+                write=functools.partial(self._kept, write=True),
+                then=(_TRIM_KEPT, {"owner": owner, "most": most}),
+                ranked=packed,
+                owner=owner,
+            )
 
     def _lazy_write(self, *, mark: Mark = False) -> AbstractContextManager[Connection]:
         """A write transaction whose commit may return before it reaches the disk: a crash may
@@ -534,7 +537,8 @@ class SqlBase(abc.ABC):
         query = sa.select(search_pages.c.ranked).where(
             search_pages.c.search_id == search_id, search_pages.c.expires_at >= utcnow()
         )
-        with self._guard(), self._kept(write=False) as conn:
+        packed = None
+        with _cache_failures("read"), self._guard(), self._kept(write=False) as conn:
             packed = conn.execute(query).scalar()
         if packed is None:
             return None
@@ -545,6 +549,17 @@ class SqlBase(abc.ABC):
         ]
 
     # --- accounts --------------------------------------------------------------------------
+
+
+@contextmanager
+def _cache_failures(doing: str) -> Iterator[None]:
+    """A kept search answer that cannot be written or read (SQLite's `<database>.searches`
+    unopenable, its disk full, the database busy) is as one lost in a crash: logged, and the
+    search goes on (`SearchPages.keep_search`)."""
+    try:
+        yield
+    except (StorageUnavailable, InsufficientStorage) as exc:
+        log.warning("a search's kept answer could not be %s: %s", doing, exc.details)
 
 
 @contextmanager
