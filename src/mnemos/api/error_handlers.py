@@ -51,7 +51,11 @@ def error_response(
 
 
 def _field_name(loc: tuple[Any, ...]) -> str:
-    parts = [str(part) for part in loc if part not in ("body", "query", "path", "header")]
+    # The first part says where the field is (FastAPI's location), the rest names it: a field
+    # may itself be called `query` (the search's text) or `body`.
+    parts = [str(part) for part in loc]
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
     return ".".join(parts) or "body"
 
 
