@@ -68,7 +68,12 @@ class McpEndpoint:
         self.manager: StreamableHTTPSessionManager | None = None
 
     def route(self) -> Route:
-        return Route(PATH, endpoint=self, methods=["GET", "POST", "DELETE"])
+        # No GET: it opens an event stream for messages a stateless server never sends, and the
+        # stream would hold one of the process's in-flight slots for as long as a client keeps
+        # it (a few idle streams, and every caller's requests are refused with 503). The
+        # protocol lets a server without that stream answer 405; the SDK's client opens it only
+        # in a session, which a stateless server never starts.
+        return Route(PATH, endpoint=self, methods=["POST", "DELETE"])
 
     @asynccontextmanager
     async def running(self, services: Services) -> AsyncIterator[None]:
