@@ -396,6 +396,7 @@ class SqlBase(abc.ABC):
             record(conn, (history_row(t, i, s, event, by, now) for _, t, i, s in gone))
             count, keys = len(gone), by_tenant((row[0], row[1]) for row in gone)
         self._forget_vectors(conn, keys)
+        self._keys_freed(conn, keys)
         return count
 
     @abc.abstractmethod
@@ -411,6 +412,13 @@ class SqlBase(abc.ABC):
         runs once per row), and a vector saved by an embedder that locked the memory before the
         delete is committed by now (`save_vectors`), so it goes too; on SQLite (one writer)
         their foreign keys cascade. `vector_tail` follows `memory_vectors` by its cascade."""
+
+    def _keys_freed(self, conn: Connection, keys: Keys) -> None:  # noqa: ARG002
+        """After deleting the memories of `keys` (pks by tenant), in the same transaction: a
+        backend that may give a deleted pk to a later memory (SQLite's rowid) purges the sealed
+        vector copies of those pks first, or the sweep would take them for the new memory's
+        and keep the deleted memory's vector for good. PostgreSQL's sequence never does."""
+        return None
 
     def _vector_owners(
         self,

@@ -383,6 +383,17 @@ class VectorsSql(SqlBase):
             for seq in seqs.all():
                 self._drop_dead(conn, tenant, owner, seq)
 
+    def _purge_keys(self, conn: Connection, tenant: uuid.UUID, pks: set[int]) -> None:
+        """Rewrite `tenant`'s sealed chunks that hold any of `pks` (memories just deleted)
+        without them, in the caller's transaction. Reads every chunk's keys of the tenant
+        (8 bytes a vector): for the rare delete after which a pk may be given again
+        (`SqliteStore._keys_freed`)."""
+        chunks = conn.execute(sa.select(C.owner, C.seq, C.pks).where(C.tenant_id == tenant)).all()
+        wanted = np.fromiter(pks, dtype="<i8", count=len(pks))
+        for owner, seq, blob in chunks:
+            if np.isin(np.frombuffer(bytes(blob), dtype="<i8"), wanted).any():
+                self._drop_dead(conn, tenant, owner, seq)
+
     def _drop_dead(self, conn: Connection, tenant: uuid.UUID, owner: str, seq: int) -> None:
         """Rewrite one chunk without the vectors whose memory is gone (read again inside the
         write, so a concurrent compaction or delete is seen)."""

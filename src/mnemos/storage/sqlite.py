@@ -580,6 +580,18 @@ class SqliteStore(SqlStore):
     def _forget_vectors(self, conn: Connection, keys: Keys) -> None:  # noqa: ARG002
         return None  # their foreign keys to `memories` cascade, in the delete's own statement
 
+    def _keys_freed(self, conn: Connection, keys: Keys) -> None:
+        # `memories.pk` is the rowid (no AUTOINCREMENT): the next memory stored takes the
+        # largest pk left plus one, so deleted pks above it will name other memories. Only
+        # deleting the newest memories does that (one max() lookup says whether it did).
+        if not keys:
+            return
+        most = conn.exec_driver_sql(f"SELECT {EVERY_TENANT} max(pk) FROM memories").scalar()
+        for tenant, pks in keys.items():
+            freed = {pk for pk in pks if pk > (most or 0)}
+            if freed:
+                self._purge_keys(conn, tenant, freed)
+
     def integrity_check(self) -> str:
         """SQLite's own verdict on the file ('ok' when sound)."""
         with self._read() as conn:
