@@ -6,10 +6,13 @@ given, and passes once the finding is fixed (then drop the mark).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
@@ -243,3 +246,35 @@ def test_a_search_answers_its_first_page_when_the_kept_answers_file_cannot_be_op
     first = client.get(SEARCH, params={"query": "green", "limit": 1}, headers=agent.headers)
     assert first.status_code == 200, first.text
     assert len(first.json()["data"]) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review9: GET /mcp opens an SSE stream that a stateless server never writes to nor "
+    "ends; each one holds a slot of MNEMOS_MAX_IN_FLIGHT for as long as the client keeps it, "
+    "so one credential's idle streams make the server answer 503 overloaded to everyone",
+)
+def test_idle_mcp_streams_do_not_take_every_other_callers_slot(tmp_path: Path) -> None:
+    from tests.live.conftest import start_server, stop_server
+
+    slots = 2
+    server = start_server(
+        f"sqlite:///{tmp_path / 'live.db'}",
+        tmp_path,
+        settings={"MNEMOS_EMBEDDER": "none", "MNEMOS_MAX_IN_FLIGHT": str(slots)},
+    )
+    try:
+        org = server.admin("create-org", "--name", "A")["id"]
+        ann = server.admin("create-user", "--name", "Ann", "--email", "a@a.test", "--org", org)
+        key = server.admin("create-agent", "--owner", ann["id"], "--name", "A")["api_key"]
+        with contextlib.ExitStack() as held, httpx.Client(timeout=30) as http:
+            for _ in range(slots):
+                stream = held.enter_context(
+                    http.stream("GET", f"{server.base_url}/mcp", headers={"X-API-Key": key})
+                )
+                assert stream.status_code == 200  # a text/event-stream that stays open
+            with httpx.Client(timeout=30) as other:
+                health = other.get(f"{server.base_url}/healthz")
+        assert health.status_code == 200, health.text
+    finally:
+        stop_server(server)
