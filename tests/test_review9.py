@@ -1,7 +1,7 @@
 """Findings of the hostile live review "review9" (2026-12-05), each reproduced through the app.
 
-Every test here is a strict xfail: it fails on the code it was written against, for the reason
-given, and passes once the finding is fixed (then drop the mark).
+Each test failed on the code it was written against (a strict xfail then) and passes since
+its finding was fixed (docs/decisions.md, "A kept search answer is a cache on every path").
 """
 
 from __future__ import annotations
@@ -37,12 +37,6 @@ def app_client(settings: Settings, store: Store, embedder: Embedder) -> Iterator
         yield client
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review9: a search without `query` answers details {'body': 'Field required'}: "
-    "error_handlers._field_name drops every loc part named 'query' (the location), so the "
-    "parameter named `query` vanishes too",
-)
 def test_a_search_without_its_query_names_the_query_parameter(
     client: TestClient, world: World
 ) -> None:
@@ -55,12 +49,10 @@ def test_a_search_without_its_query_names_the_query_parameter(
 
 
 def test_a_deleted_memory_leaves_no_sealed_vector_once_its_key_is_reused(
-    request: pytest.FixtureRequest,
     app_client: TestClient,
     store: Store,
     embedder: Embedder,  # noqa: F811
     world: World,
-    settings: Settings,
 ) -> None:
     """docs/search.md: a deleted memory's copies sealed in chunks "are removed by the embedding
     workers' sweep". The sweep keeps a chunk entry whose `(tenant, memory_pk)` still has a row in
@@ -68,14 +60,6 @@ def test_a_deleted_memory_leaves_no_sealed_vector_once_its_key_is_reused(
     so the newest memory's pk, once deleted, is given to the next memory stored. When that
     memory is in the same tenant and embedded before the sweep reaches the chunk, the deleted
     memory's int8 vector stays sealed for good (and its pk now names another memory)."""
-    if settings.database_url.startswith("sqlite"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="review9: SQLite reuses a deleted memory's pk; the sweep "
-                "(compact_vectors/_drop_dead) then takes its sealed vector for alive and keeps it",
-            )
-        )
     ann = world.user("Ann", "acme")
     writer = world.agent(ann, "Writer")
     ids = [
@@ -115,12 +99,6 @@ def test_a_deleted_memory_leaves_no_sealed_vector_once_its_key_is_reused(
     assert not held(after), "the deleted memory's vector is still sealed after a full sweep"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review9: MNEMOS_CONTENT_QUERY_MODE=hybrid with page/page_size: total_count is "
-    "offset + page_size (MemoryService._relevance_page cuts the answer to the page's depth "
-    "before counting it), so page 1 says total_pages 1 while later pages exist",
-)
 def test_a_ranked_offset_list_counts_every_match_on_its_first_page(
     settings: Settings, store: Store, world: World
 ) -> None:
@@ -146,11 +124,6 @@ def test_a_ranked_offset_list_counts_every_match_on_its_first_page(
     assert [(meta["total_count"], meta["total_pages"]) for meta in metas] == [(5, 3)] * 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review9: `status` refusals list active, superseded, archived but not all, "
-    "which every list and search takes (queries.status_filter calls models.parse_enum)",
-)
 def test_a_refused_status_names_every_value_the_filter_takes(
     client: TestClient, world: World
 ) -> None:
@@ -160,12 +133,6 @@ def test_a_refused_status_names_every_value_the_filter_takes(
     assert "all" in response.json()["error"]["details"]["status"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review9: MCP arguments are checked by pydantic in lax mode: `limit: true` (a JSON "
-    'boolean, not an integer in the tool\'s input schema) is taken as 1, and `"3"` as 3, '
-    "where docs/mcp.md says arguments that do not fit the schema are validation_failed",
-)
 @pytest.mark.parametrize("limit", [True, "3"])
 def test_mcp_refuses_a_limit_that_is_not_an_integer(
     settings: Settings, store: Store, world: World, limit: object
@@ -185,21 +152,12 @@ def test_mcp_refuses_a_limit_that_is_not_an_integer(
 
 
 def test_a_well_formed_request_id_of_any_accepted_length_is_recorded(
-    request: pytest.FixtureRequest, client: TestClient, world: World, settings: Settings
+    client: TestClient, world: World
 ) -> None:
     """The middleware keeps an incoming X-Request-ID of up to 128 characters
     (`WELL_FORMED_REQUEST_ID`), and every change records it in `memory_history.request_id`
     (and an erasure in `erasures.request_id`), both `String(64)`: PostgreSQL refuses the row,
     so the store fails with 500 `internal_error` (SQLite does not enforce the length)."""
-    if not settings.database_url.startswith("sqlite"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="review9: an X-Request-ID of 65-128 characters is accepted by the "
-                "middleware but overflows memory_history.request_id VARCHAR(64) on PostgreSQL: "
-                "every write answers 500",
-            )
-        )
     ann = world.user("Ann", "acme")
     agent = world.agent(ann)
     long_id = "r" * 100
@@ -221,7 +179,7 @@ def test_a_well_formed_request_id_of_any_accepted_length_is_recorded(
 
 
 def test_a_search_answers_its_first_page_when_the_kept_answers_file_cannot_be_opened(
-    request: pytest.FixtureRequest, client: TestClient, world: World, settings: Settings
+    client: TestClient, world: World, settings: Settings
 ) -> None:
     """sqlite_kept.py: a kept answer "is a cache (lost in a crash, its cursor says
     'expired')". When `<database>.searches` cannot be opened (here: a directory stands at its
@@ -229,13 +187,6 @@ def test_a_search_answers_its_first_page_when_the_kept_answers_file_cannot_be_op
     with more than one page answers 503 `storage_unavailable` "The database is unavailable"
     instead of its first page, though the database is fine (a one-page search works)."""
     if settings.database_url.startswith("sqlite"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="review9: a kept answers file that cannot be opened fails every search "
-                "of more than one page with 503 (Recall.search lets keep_search's error through)",
-            )
-        )
         path = settings.database_url.removeprefix("sqlite:///") + SUFFIX
         os.mkdir(path)
     agent = world.agent(world.user("Ann", "acme"))
@@ -248,12 +199,6 @@ def test_a_search_answers_its_first_page_when_the_kept_answers_file_cannot_be_op
     assert len(first.json()["data"]) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review9: GET /mcp opens an SSE stream that a stateless server never writes to nor "
-    "ends; each one holds a slot of MNEMOS_MAX_IN_FLIGHT for as long as the client keeps it, "
-    "so one credential's idle streams make the server answer 503 overloaded to everyone",
-)
 def test_idle_mcp_streams_do_not_take_every_other_callers_slot(tmp_path: Path) -> None:
     from tests.live.conftest import start_server, stop_server
 
@@ -272,7 +217,8 @@ def test_idle_mcp_streams_do_not_take_every_other_callers_slot(tmp_path: Path) -
                 stream = held.enter_context(
                     http.stream("GET", f"{server.base_url}/mcp", headers={"X-API-Key": key})
                 )
-                assert stream.status_code == 200  # a text/event-stream that stays open
+                # It was a text/event-stream that stayed open; there is none to open now.
+                assert stream.status_code == 405
             with httpx.Client(timeout=30) as other:
                 health = other.get(f"{server.base_url}/healthz")
         assert health.status_code == 200, health.text

@@ -182,9 +182,10 @@ class MemoryService:
         assert query.search is not None
         text = query_words(query.search)
         if isinstance(request, OffsetPage):
-            depth = min(request.offset + request.page_size, RANKED_LIST_CAP)
-            found, _ = self.recall.answer(query, text, SearchMode.HYBRID, depth)
-            found = found[:depth]
+            # Every page ranks (and counts) the whole capped answer: a hybrid search costs the
+            # same at any depth, and `total_count` must not depend on the page asked for.
+            found, _ = self.recall.answer(query, text, SearchMode.HYBRID, RANKED_LIST_CAP)
+            found = found[:RANKED_LIST_CAP]
             page = found[request.offset : request.offset + request.page_size]
             items = [r.memory for r in self.recall.read(query, page)]
             return MemoryPage(items, offset_meta(request, len(found)), deprecated=True)

@@ -59,12 +59,13 @@ VALID_TYPES: dict[System, tuple[MemoryType, ...]] = {
 E = TypeVar("E", bound=StrEnum)
 
 
-def parse_enum(enum: type[E], value: str, field_name: str) -> E:
-    """Parse a caller-supplied enum value, or fail with `validation_failed` naming the field."""
+def parse_enum(enum: type[E], value: str, field_name: str, also: tuple[str, ...] = ()) -> E:
+    """Parse a caller-supplied enum value, or fail with `validation_failed` naming the field
+    and every value it takes (`also`: those the caller handled before, as a filter's `all`)."""
     try:
         return enum(value)
     except ValueError:
-        allowed = ", ".join(member.value for member in enum)
+        allowed = ", ".join([*(member.value for member in enum), *also])
         raise invalid_field(field_name, f"must be one of: {allowed}") from None
 
 

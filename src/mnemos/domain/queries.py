@@ -102,4 +102,4 @@ def status_filter(value: str | None) -> tuple[Status, ...]:
         return (Status.ACTIVE,)
     if value == "all":
         return tuple(Status)
-    return (parse_enum(Status, value, "status"),)
+    return (parse_enum(Status, value, "status", also=("all",)),)

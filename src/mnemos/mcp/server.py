@@ -80,7 +80,9 @@ def _run(
 ) -> types.CallToolResult:
     """Validate and run one call (blocking: the domain and storage are synchronous)."""
     try:
-        parsed = tool.arguments.validate_python(arguments)
+        # Strictly, as JSON: a value of another JSON type than the tool's input schema says
+        # (`true` or `"3"` for an integer) is refused, not converted (pydantic's lax mode).
+        parsed = tool.arguments.validate_json(json.dumps(arguments), strict=True)
     except ValidationError as exc:
         raise _invalid(exc) from None
     answer = tool.run(svc, caller, parsed)
