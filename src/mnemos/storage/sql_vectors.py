@@ -19,6 +19,7 @@ sweep (or an erasure, at once) rewrites the chunk without it.
 from __future__ import annotations
 
 import abc
+import itertools
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
@@ -100,6 +101,53 @@ def owner_keys(scope: str | Scope, owners: Sequence[uuid.UUID | None]) -> list[s
 Layout = tuple[uuid.UUID, str]
 """One part of the search layout: a tenant and an owner key (`owner_key`)."""
 
+ROUND_TENANTS = 32
+"""The most tenants one claim of the embedding queue goes round: its work stays bounded however
+many tenants wait (the worker's batch of 8 reaches 7 a claim; a reindex's batch of up to 1,024
+shares its places among 32 at a time)."""
+
+Queued = tuple[uuid.UUID, int]
+"""A queued memory: its tenant and pk."""
+
+
+def fair_batch(
+    newest: Sequence[Queued], turn: Sequence[uuid.UUID], shares: Iterable[Queued], limit: int
+) -> list[Queued]:
+    """The memories one claim takes, at most `limit`: the newest queued one (`newest`, newest
+    first), then the newest of each tenant of the round (`turn`, in order: each tenant's
+    `shares`), the tenants' first ones first, then their second ones, ...; places left over go
+    to the rest of `newest`."""
+    by_tenant: dict[uuid.UUID, list[int]] = {tenant: [] for tenant in turn}
+    for tenant, pk in shares:
+        by_tenant[tenant].append(pk)
+    columns = [[(t, pk) for pk in sorted(pks, reverse=True)] for t, pks in by_tenant.items()]
+    rounds = [row for rank in itertools.zip_longest(*columns) for row in rank if row is not None]
+    return list(dict.fromkeys([newest[0], *rounds, *newest]))[:limit]
+
+
+def _tenants_after(conn: Connection, after: uuid.UUID | None, count: int) -> list[uuid.UUID]:
+    """Up to `count` tenants with queued memories, in key order, after `after` (None: from the
+    first): one step of the queue's key each (a recursive walk, not a scan of the queue)."""
+    step = vector_queue.alias("step")
+
+    def following(lower: sa.ColumnElement[bool]) -> sa.ScalarSelect[Any]:
+        """The first tenant of the queue's key above `lower` (a tenant or none)."""
+        first = sa.select(step.c.tenant_id).where(lower).order_by(step.c.tenant_id).limit(1)
+        return first.scalar_subquery()
+
+    start = sa.true() if after is None else step.c.tenant_id > after
+    seed = sa.select(following(start).label("tenant_id"), sa.literal(1).label("n"))
+    walk = seed.cte("walk", recursive=True)
+    walk = walk.union_all(
+        sa.select(following(step.c.tenant_id > walk.c.tenant_id), walk.c.n + 1).where(
+            walk.c.tenant_id.is_not(None), walk.c.n < count
+        )
+    )
+    found = (
+        sa.select(walk.c.tenant_id).prefix_with(EVERY_TENANT).where(walk.c.tenant_id.is_not(None))
+    )
+    return list(conn.execute(found).scalars())
+
 
 class VectorsSql(SqlBase):
     """The `VectorStore` port over SQL (both backends: blobs, no extension).
@@ -121,24 +169,38 @@ class VectorsSql(SqlBase):
 
     # --- the queue -------------------------------------------------------------------------
 
+    _round_after: uuid.UUID | None = None
+    """The last tenant the previous claim's round reached (this process's; a hint: a race of
+    two threads only repeats or skips a place)."""
+
     def claim_unembedded(self, limit: int, lease: timedelta) -> list[tuple[uuid.UUID, str]]:
         now = utcnow()
         free = sa.or_(Q.claimed_until.is_(None), Q.claimed_until < now)
-        # Newest first: a memory just stored is searchable by meaning within a second even
-        # behind a backlog (an import, a backfill, another tenant's burst), which drains when
-        # the worker has time to spare. PostgreSQL walks `ix_vector_queue_order` (migration
-        # 0022), SQLite its rowid, from the end.
+        # Shared between tenants (docs/decisions.md, "The embedding worker shares its time
+        # between tenants"): the batch's first place is the newest queued memory (whoever's: in a
+        # quiet system a memory just stored is embedded next), the others go round the tenants
+        # with queued memories from where the last claim stopped, each tenant's newest first,
+        # and places left over to the newest (`fair_batch`). A tenant that stores faster than
+        # the worker embeds thus never holds another's memory back for more than a round.
+        # PostgreSQL walks `ix_vector_queue_order` (migration 0022) for the newest, SQLite its
+        # rowid; both walk the queue's (tenant_id, memory_pk) key for the round.
         with self._read() as conn:
-            waiting = conn.execute(
-                sa.select(Q.tenant_id, Q.memory_pk)
-                .prefix_with(EVERY_TENANT)
-                .where(free)
-                .order_by(Q.memory_pk.desc())
-                .limit(limit)
-            ).all()
-        if not waiting:
-            return []
-        tenants = sorted({row[0] for row in waiting})
+            newest: list[Queued] = [
+                (row[0], row[1])
+                for row in conn.execute(
+                    sa.select(Q.tenant_id, Q.memory_pk)
+                    .prefix_with(EVERY_TENANT)
+                    .where(free)
+                    .order_by(Q.memory_pk.desc())
+                    .limit(limit)
+                )
+            ]
+            if not newest:
+                return []
+            turn = self._next_tenants(conn, min(limit - 1, ROUND_TENANTS))
+            shares = self._newest_of(conn, turn, free, -(-(limit - 1) // max(len(turn), 1)))
+        waiting = fair_batch(newest, turn, shares, limit)
+        tenants = sorted({tenant for tenant, _ in waiting})
         # A claim lost to a crash leaves the memory free to claim again (no replica reads it).
         with self._lazy_write() as conn:
             claimed = list(
@@ -154,6 +216,37 @@ class VectorsSql(SqlBase):
         claimed_rows = sa.select(M.id, M.content).where(M.tenant_id.in_(tenants), M.pk.in_(claimed))
         with self._read() as conn:
             return [(row[0], row[1]) for row in conn.execute(claimed_rows)]
+
+    def _next_tenants(self, conn: Connection, count: int) -> list[uuid.UUID]:
+        """Up to `count` tenants with queued memories, in key order from the one after the last
+        claim's round, wrapping round to the first; the round's place moves to the last."""
+        if count <= 0:
+            return []
+        after = self._round_after
+        turn = _tenants_after(conn, after, count)
+        if len(turn) < count and after is not None:
+            turn += [t for t in _tenants_after(conn, None, count - len(turn)) if t not in turn]
+        if turn:
+            self._round_after = turn[-1]
+        return turn
+
+    @staticmethod
+    def _newest_of(
+        conn: Connection, tenants: Sequence[uuid.UUID], free: sa.ColumnElement[bool], share: int
+    ) -> list[Queued]:
+        """The newest `share` free queued memories `(tenant_id, memory_pk)` of each tenant: one
+        backward walk of the queue's key per tenant."""
+        if not tenants:
+            return []
+        parts = [
+            sa.select(Q.tenant_id, Q.memory_pk)
+            .where(Q.tenant_id == tenant, free)
+            .order_by(Q.memory_pk.desc())
+            .limit(share)
+            .subquery()
+            for tenant in tenants
+        ]
+        return [(row[0], row[1]) for row in conn.execute(sa.union_all(*map(sa.select, parts)))]
 
     def vector_backlog(self) -> int:
         with self._read() as conn:
