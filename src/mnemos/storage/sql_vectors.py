@@ -19,6 +19,7 @@ sweep (or an erasure, at once) rewrites the chunk without it.
 from __future__ import annotations
 
 import abc
+import functools
 import itertools
 import uuid
 from collections.abc import Iterable, Sequence
@@ -125,28 +126,61 @@ def fair_batch(
     return list(dict.fromkeys([newest[0], *rounds, *newest]))[:limit]
 
 
-def _tenants_after(conn: Connection, after: uuid.UUID | None, count: int) -> list[uuid.UUID]:
-    """Up to `count` tenants with queued memories, in key order, after `after` (None: from the
-    first): one step of the queue's key each (a recursive walk, not a scan of the queue)."""
+FREE = sa.or_(Q.claimed_until.is_(None), Q.claimed_until < sa.bindparam("now"))
+"""A queued memory nobody holds: never claimed, or its claim expired before `now`."""
+
+
+def _tenant_walk() -> sa.Select[Any]:
+    """Up to `count` tenants with queued memories, in the queue's key order from the first after
+    `after` (None: from the first), wrapping round to the first (a tenant may come again): one
+    step down the queue's key each, not a scan of the queue."""
     step = vector_queue.alias("step")
 
-    def following(lower: sa.ColumnElement[bool]) -> sa.ScalarSelect[Any]:
-        """The first tenant of the queue's key above `lower` (a tenant or none)."""
-        first = sa.select(step.c.tenant_id).where(lower).order_by(step.c.tenant_id).limit(1)
-        return first.scalar_subquery()
+    def following(after: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        def first(*where: sa.ColumnElement[bool]) -> sa.ScalarSelect[Any]:
+            query = sa.select(step.c.tenant_id).where(*where)
+            return query.order_by(step.c.tenant_id).limit(1).scalar_subquery()
 
-    start = sa.true() if after is None else step.c.tenant_id > after
-    seed = sa.select(following(start).label("tenant_id"), sa.literal(1).label("n"))
+        return sa.func.coalesce(first(step.c.tenant_id > after), first())
+
+    after = sa.bindparam("after", type_=Q.tenant_id.type)
+    seed = sa.select(following(after).label("tenant_id"), sa.literal(1).label("n"))
     walk = seed.cte("walk", recursive=True)
     walk = walk.union_all(
-        sa.select(following(step.c.tenant_id > walk.c.tenant_id), walk.c.n + 1).where(
-            walk.c.tenant_id.is_not(None), walk.c.n < count
+        sa.select(following(walk.c.tenant_id), walk.c.n + 1).where(
+            walk.c.tenant_id.is_not(None), walk.c.n < sa.bindparam("count")
         )
     )
-    found = (
+    return (
         sa.select(walk.c.tenant_id).prefix_with(EVERY_TENANT).where(walk.c.tenant_id.is_not(None))
     )
-    return list(conn.execute(found).scalars())
+
+
+TENANT_WALK = _tenant_walk()
+
+NEWEST = (
+    sa.select(Q.tenant_id, Q.memory_pk)
+    .prefix_with(EVERY_TENANT)
+    .where(FREE)
+    .order_by(Q.memory_pk.desc())
+    .limit(sa.bindparam("limit"))
+)
+"""The newest `limit` free queued memories, any tenant's."""
+
+
+@functools.cache
+def _newest_of(tenants: int) -> sa.CompoundSelect[Any]:
+    """The newest `share` free queued memories of each of `tenants` tenants (bound `t0`, `t1`,
+    ...): one backward walk of the queue's key each."""
+    parts = [
+        sa.select(Q.tenant_id, Q.memory_pk)
+        .where(Q.tenant_id == sa.bindparam(f"t{i}", type_=Q.tenant_id.type), FREE)
+        .order_by(Q.memory_pk.desc())
+        .limit(sa.bindparam("share"))
+        .subquery()
+        for i in range(tenants)
+    ]
+    return sa.union_all(*map(sa.select, parts))
 
 
 class VectorsSql(SqlBase):
@@ -175,7 +209,6 @@ class VectorsSql(SqlBase):
 
     def claim_unembedded(self, limit: int, lease: timedelta) -> list[tuple[uuid.UUID, str]]:
         now = utcnow()
-        free = sa.or_(Q.claimed_until.is_(None), Q.claimed_until < now)
         # Shared between tenants (docs/decisions.md, "The embedding worker shares its time
         # between tenants"): the batch's first place is the newest queued memory (whoever's: in a
         # quiet system a memory just stored is embedded next), the others go round the tenants
@@ -186,19 +219,17 @@ class VectorsSql(SqlBase):
         # rowid; both walk the queue's (tenant_id, memory_pk) key for the round.
         with self._read() as conn:
             newest: list[Queued] = [
-                (row[0], row[1])
-                for row in conn.execute(
-                    sa.select(Q.tenant_id, Q.memory_pk)
-                    .prefix_with(EVERY_TENANT)
-                    .where(free)
-                    .order_by(Q.memory_pk.desc())
-                    .limit(limit)
-                )
+                (row[0], row[1]) for row in conn.execute(NEWEST, {"now": now, "limit": limit})
             ]
             if not newest:
                 return []
             turn = self._next_tenants(conn, min(limit - 1, ROUND_TENANTS))
-            shares = self._newest_of(conn, turn, free, -(-(limit - 1) // max(len(turn), 1)))
+            shares: list[Queued] = []
+            if turn:
+                share = -(-(limit - 1) // len(turn))
+                bound = {f"t{i}": tenant for i, tenant in enumerate(turn)}
+                found = conn.execute(_newest_of(len(turn)), {**bound, "now": now, "share": share})
+                shares = [(row[0], row[1]) for row in found]
         waiting = fair_batch(newest, turn, shares, limit)
         tenants = sorted({tenant for tenant, _ in waiting})
         # A claim lost to a crash leaves the memory free to claim again (no replica reads it).
@@ -206,9 +237,10 @@ class VectorsSql(SqlBase):
             claimed = list(
                 conn.execute(
                     vector_queue.update()
-                    .where(Q.tenant_id.in_(tenants), Q.memory_pk.in_([r[1] for r in waiting]), free)
+                    .where(Q.tenant_id.in_(tenants), Q.memory_pk.in_([r[1] for r in waiting]), FREE)
                     .values(claimed_until=now + lease)
-                    .returning(Q.memory_pk)
+                    .returning(Q.memory_pk),
+                    {"now": now},
                 ).scalars()
             )
         if not claimed:
@@ -222,31 +254,11 @@ class VectorsSql(SqlBase):
         claim's round, wrapping round to the first; the round's place moves to the last."""
         if count <= 0:
             return []
-        after = self._round_after
-        turn = _tenants_after(conn, after, count)
-        if len(turn) < count and after is not None:
-            turn += [t for t in _tenants_after(conn, None, count - len(turn)) if t not in turn]
+        walked = conn.execute(TENANT_WALK, {"after": self._round_after, "count": count})
+        turn = list(dict.fromkeys(walked.scalars()))
         if turn:
             self._round_after = turn[-1]
         return turn
-
-    @staticmethod
-    def _newest_of(
-        conn: Connection, tenants: Sequence[uuid.UUID], free: sa.ColumnElement[bool], share: int
-    ) -> list[Queued]:
-        """The newest `share` free queued memories `(tenant_id, memory_pk)` of each tenant: one
-        backward walk of the queue's key per tenant."""
-        if not tenants:
-            return []
-        parts = [
-            sa.select(Q.tenant_id, Q.memory_pk)
-            .where(Q.tenant_id == tenant, free)
-            .order_by(Q.memory_pk.desc())
-            .limit(share)
-            .subquery()
-            for tenant in tenants
-        ]
-        return [(row[0], row[1]) for row in conn.execute(sa.union_all(*map(sa.select, parts)))]
 
     def vector_backlog(self) -> int:
         with self._read() as conn:
