@@ -19,7 +19,7 @@ from mnemos import indexer
 from mnemos.domain.ids import utcnow
 from mnemos.storage.base import Store
 from mnemos.storage.schema import memories, memory_vectors
-from mnemos.storage.sql_vectors import fair_batch
+from mnemos.storage.queue_claims import fair_batch
 from tests.world import Actor, World, agent_memory
 
 LEASE = timedelta(seconds=30)

@@ -19,8 +19,6 @@ sweep (or an erasure, at once) rewrites the chunk without it.
 from __future__ import annotations
 
 import abc
-import functools
-import itertools
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
@@ -35,6 +33,15 @@ from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Scope
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.search import Scored
+from mnemos.storage.queue_claims import (
+    FREE,
+    NEWEST,
+    ROUND_TENANTS,
+    TENANT_WALK,
+    Queued,
+    fair_batch,
+    newest_of,
+)
 from mnemos.storage.schema import (
     agents,
     chat_participants,
@@ -102,86 +109,6 @@ def owner_keys(scope: str | Scope, owners: Sequence[uuid.UUID | None]) -> list[s
 Layout = tuple[uuid.UUID, str]
 """One part of the search layout: a tenant and an owner key (`owner_key`)."""
 
-ROUND_TENANTS = 32
-"""The most tenants one claim of the embedding queue goes round: its work stays bounded however
-many tenants wait (the worker's batch of 8 reaches 7 a claim; a reindex's batch of up to 1,024
-shares its places among 32 at a time)."""
-
-Queued = tuple[uuid.UUID, int]
-"""A queued memory: its tenant and pk."""
-
-
-def fair_batch(
-    newest: Sequence[Queued], turn: Sequence[uuid.UUID], shares: Iterable[Queued], limit: int
-) -> list[Queued]:
-    """The memories one claim takes, at most `limit`: the newest queued one (`newest`, newest
-    first), then the newest of each tenant of the round (`turn`, in order: each tenant's
-    `shares`), the tenants' first ones first, then their second ones, ...; places left over go
-    to the rest of `newest`."""
-    by_tenant: dict[uuid.UUID, list[int]] = {tenant: [] for tenant in turn}
-    for tenant, pk in shares:
-        by_tenant[tenant].append(pk)
-    columns = [[(t, pk) for pk in sorted(pks, reverse=True)] for t, pks in by_tenant.items()]
-    rounds = [row for rank in itertools.zip_longest(*columns) for row in rank if row is not None]
-    return list(dict.fromkeys([newest[0], *rounds, *newest]))[:limit]
-
-
-FREE = sa.or_(Q.claimed_until.is_(None), Q.claimed_until < sa.bindparam("now"))
-"""A queued memory nobody holds: never claimed, or its claim expired before `now`."""
-
-
-def _tenant_walk() -> sa.Select[Any]:
-    """Up to `count` tenants with queued memories, in the queue's key order from the first after
-    `after` (None: from the first), wrapping round to the first (a tenant may come again): one
-    step down the queue's key each, not a scan of the queue."""
-    step = vector_queue.alias("step")
-
-    def following(after: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-        def first(*where: sa.ColumnElement[bool]) -> sa.ScalarSelect[Any]:
-            query = sa.select(step.c.tenant_id).where(*where)
-            return query.order_by(step.c.tenant_id).limit(1).scalar_subquery()
-
-        return sa.func.coalesce(first(step.c.tenant_id > after), first())
-
-    after = sa.bindparam("after", type_=Q.tenant_id.type)
-    seed = sa.select(following(after).label("tenant_id"), sa.literal(1).label("n"))
-    walk = seed.cte("walk", recursive=True)
-    walk = walk.union_all(
-        sa.select(following(walk.c.tenant_id), walk.c.n + 1).where(
-            walk.c.tenant_id.is_not(None), walk.c.n < sa.bindparam("count")
-        )
-    )
-    return (
-        sa.select(walk.c.tenant_id).prefix_with(EVERY_TENANT).where(walk.c.tenant_id.is_not(None))
-    )
-
-
-TENANT_WALK = _tenant_walk()
-
-NEWEST = (
-    sa.select(Q.tenant_id, Q.memory_pk)
-    .prefix_with(EVERY_TENANT)
-    .where(FREE)
-    .order_by(Q.memory_pk.desc())
-    .limit(sa.bindparam("limit"))
-)
-"""The newest `limit` free queued memories, any tenant's."""
-
-
-@functools.cache
-def _newest_of(tenants: int) -> sa.CompoundSelect[Any]:
-    """The newest `share` free queued memories of each of `tenants` tenants (bound `t0`, `t1`,
-    ...): one backward walk of the queue's key each."""
-    parts = [
-        sa.select(Q.tenant_id, Q.memory_pk)
-        .where(Q.tenant_id == sa.bindparam(f"t{i}", type_=Q.tenant_id.type), FREE)
-        .order_by(Q.memory_pk.desc())
-        .limit(sa.bindparam("share"))
-        .subquery()
-        for i in range(tenants)
-    ]
-    return sa.union_all(*map(sa.select, parts))
-
 
 class VectorsSql(SqlBase):
     """The `VectorStore` port over SQL (both backends: blobs, no extension).
@@ -228,7 +155,7 @@ class VectorsSql(SqlBase):
             if turn:
                 share = -(-(limit - 1) // len(turn))
                 bound = {f"t{i}": tenant for i, tenant in enumerate(turn)}
-                found = conn.execute(_newest_of(len(turn)), {**bound, "now": now, "share": share})
+                found = conn.execute(newest_of(len(turn)), {**bound, "now": now, "share": share})
                 shares = [(row[0], row[1]) for row in found]
         waiting = fair_batch(newest, turn, shares, limit)
         tenants = sorted({tenant for tenant, _ in waiting})
