@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+from mnemos.config import Settings
+from mnemos.storage import open_store
 from mnemos.storage.postgres import driver_url
 from tests.conftest import BACKENDS
 
@@ -23,6 +28,14 @@ pytestmark = pytest.mark.skipif("postgresql" not in BACKENDS, reason="PostgreSQL
 
 TENANTS = 10
 ROWS = 20_000
+QUEUED = """
+    INSERT INTO memories (id, content, search_text, system, type, segment, scope,
+        metadata, status, inserted_at, updated_at, tenant_id)
+    SELECT gen_random_uuid(), 'm', 'm', 'long_term', 'semantic', 'user', 'agent',
+        '{}', 'active', now(), now(), %(tenant)s
+    FROM generate_series(1, %(rows)s)
+"""
+"""`rows` memories of `tenant`, each queued for the embedding worker (by the table's trigger)."""
 
 
 @pytest.fixture
@@ -116,3 +129,59 @@ def test_the_embedding_worker_s_claim_walks_the_queue_s_index(postgres: str) -> 
         with engine.begin() as conn:
             conn.exec_driver_sql("DELETE FROM memories WHERE tenant_id = %(t)s", {"t": tenant})
         engine.dispose()
+
+
+def test_every_statement_of_the_claim_reads_the_queue_through_an_index(
+    postgres: str,
+) -> None:
+    """Each statement the claim runs on `vector_queue` (the newest, the round over tenants,
+    each tenant's newest, the update of the claimed rows) walks an index at 20,000 queued
+    memories of one tenant and a few of others: no scan of the queue, no sort of it."""
+    store = open_store(Settings(database_url=postgres, embedder="none"))
+    engine = sa.create_engine(driver_url(postgres))
+    busy, others = uuid.uuid4(), [uuid.uuid4() for _ in range(3)]
+    seen: list[tuple[str, Any]] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if "vector_queue" in statement:
+            seen.append((statement, parameters))
+
+    try:
+        with engine.begin() as conn:
+            for tenant, rows in [(busy, ROWS), *((other, 1) for other in others)]:
+                conn.exec_driver_sql(QUEUED, {"tenant": tenant, "rows": rows})
+            conn.exec_driver_sql("ANALYZE vector_queue")
+        sa.event.listen(sa.engine.Engine, "before_cursor_execute", note)
+        try:
+            claimed = store.claim_unembedded(8, timedelta(seconds=30))
+        finally:
+            sa.event.remove(sa.engine.Engine, "before_cursor_execute", note)
+        assert len(claimed) == 8
+        assert len(seen) == 4, [statement for statement, _ in seen]
+        with engine.begin() as conn:
+            for statement, parameters in seen:
+                plan = conn.exec_driver_sql(
+                    "EXPLAIN (FORMAT JSON) " + statement, parameters
+                ).scalar_one()
+                nodes = list(_nodes(plan[0]["Plan"]))
+                assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], (statement, plan)
+                sorts = [n for n in nodes if n["Node Type"] == "Sort"]
+                assert not [n for n in sorts if _reads(n)], (statement, plan)  # of no rows
+    finally:
+        store.close()
+        with engine.begin() as conn:
+            for tenant in (busy, *others):
+                conn.exec_driver_sql("DELETE FROM memories WHERE tenant_id = %(t)s", {"t": tenant})
+        engine.dispose()
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A plan's node and every node below it."""
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _reads(node: dict[str, Any]) -> bool:
+    """Whether a plan node reads a table (somewhere below it)."""
+    return any("Relation Name" in below for below in _nodes(node))

@@ -466,7 +466,12 @@ class VectorStore(Protocol):
     @abc.abstractmethod
     def claim_unembedded(self, limit: int, lease: timedelta) -> list[tuple[uuid.UUID, str]]:
         """Up to `limit` queued memories `(id, content)`, held by this caller for `lease` (after
-        which another process may take them over: a process that dies loses nothing)."""
+        which another process may take them over: a process that dies loses nothing).
+
+        Shared between tenants: the newest queued memory, then each tenant's newest in turn
+        (a round over the tenants with queued memories that carries on from one claim to the
+        next), so a tenant storing faster than the memories are embedded never holds another
+        tenant's memory back for more than a round of claims."""
 
     @abc.abstractmethod
     def save_vectors(

@@ -343,7 +343,9 @@ vector_queue = sa.Table(
     # A process embedding this memory holds it until then; past it, anyone may take it over.
     sa.Column("claimed_until", UTCDateTime(), nullable=True),
     # PostgreSQL also indexes `memory_pk` alone (`ix_vector_queue_order`, migration 0022): the
-    # claim's order, newest first; SQLite's `memory_pk` is the rowid.
+    # claim's newest first; SQLite's `memory_pk` is the rowid. The claim's round over tenants
+    # walks `(tenant_id, memory_pk)`: the key on PostgreSQL, `uq_vector_queue_tenant_key` on
+    # SQLite (migration 0019).
 )
 
 # The search layout, per tenant and owner (migration 0019): a chunk never mixes tenants.

@@ -33,6 +33,15 @@ from mnemos.domain.ids import utcnow
 from mnemos.domain.models import Scope
 from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.search import Scored
+from mnemos.storage.queue_claims import (
+    FREE,
+    NEWEST,
+    ROUND_TENANTS,
+    TENANT_WALK,
+    Queued,
+    fair_batch,
+    newest_of,
+)
 from mnemos.storage.schema import (
     agents,
     chat_participants,
@@ -121,32 +130,44 @@ class VectorsSql(SqlBase):
 
     # --- the queue -------------------------------------------------------------------------
 
+    _round_after: uuid.UUID | None = None
+    """The last tenant the previous claim's round reached (this process's; a hint: a race of
+    two threads only repeats or skips a place)."""
+
     def claim_unembedded(self, limit: int, lease: timedelta) -> list[tuple[uuid.UUID, str]]:
         now = utcnow()
-        free = sa.or_(Q.claimed_until.is_(None), Q.claimed_until < now)
-        # Newest first: a memory just stored is searchable by meaning within a second even
-        # behind a backlog (an import, a backfill, another tenant's burst), which drains when
-        # the worker has time to spare. PostgreSQL walks `ix_vector_queue_order` (migration
-        # 0022), SQLite its rowid, from the end.
+        # Shared between tenants (docs/decisions.md, "The embedding worker shares its time
+        # between tenants"): the batch's first place is the newest queued memory (whoever's: in a
+        # quiet system a memory just stored is embedded next), the others go round the tenants
+        # with queued memories from where the last claim stopped, each tenant's newest first,
+        # and places left over to the newest (`fair_batch`). A tenant that stores faster than
+        # the worker embeds thus never holds another's memory back for more than a round.
+        # PostgreSQL walks `ix_vector_queue_order` (migration 0022) for the newest, SQLite its
+        # rowid; both walk the queue's (tenant_id, memory_pk) key for the round.
         with self._read() as conn:
-            waiting = conn.execute(
-                sa.select(Q.tenant_id, Q.memory_pk)
-                .prefix_with(EVERY_TENANT)
-                .where(free)
-                .order_by(Q.memory_pk.desc())
-                .limit(limit)
-            ).all()
-        if not waiting:
-            return []
-        tenants = sorted({row[0] for row in waiting})
+            newest: list[Queued] = [
+                (row[0], row[1]) for row in conn.execute(NEWEST, {"now": now, "limit": limit})
+            ]
+            if not newest:
+                return []
+            turn = self._next_tenants(conn, min(limit - 1, ROUND_TENANTS))
+            shares: list[Queued] = []
+            if turn:
+                share = -(-(limit - 1) // len(turn))
+                bound = {f"t{i}": tenant for i, tenant in enumerate(turn)}
+                found = conn.execute(newest_of(len(turn)), {**bound, "now": now, "share": share})
+                shares = [(row[0], row[1]) for row in found]
+        waiting = fair_batch(newest, turn, shares, limit)
+        tenants = sorted({tenant for tenant, _ in waiting})
         # A claim lost to a crash leaves the memory free to claim again (no replica reads it).
         with self._lazy_write() as conn:
             claimed = list(
                 conn.execute(
                     vector_queue.update()
-                    .where(Q.tenant_id.in_(tenants), Q.memory_pk.in_([r[1] for r in waiting]), free)
+                    .where(Q.tenant_id.in_(tenants), Q.memory_pk.in_([r[1] for r in waiting]), FREE)
                     .values(claimed_until=now + lease)
-                    .returning(Q.memory_pk)
+                    .returning(Q.memory_pk),
+                    {"now": now},
                 ).scalars()
             )
         if not claimed:
@@ -154,6 +175,17 @@ class VectorsSql(SqlBase):
         claimed_rows = sa.select(M.id, M.content).where(M.tenant_id.in_(tenants), M.pk.in_(claimed))
         with self._read() as conn:
             return [(row[0], row[1]) for row in conn.execute(claimed_rows)]
+
+    def _next_tenants(self, conn: Connection, count: int) -> list[uuid.UUID]:
+        """Up to `count` tenants with queued memories, in key order from the one after the last
+        claim's round, wrapping round to the first; the round's place moves to the last."""
+        if count <= 0:
+            return []
+        walked = conn.execute(TENANT_WALK, {"after": self._round_after, "count": count})
+        turn = list(dict.fromkeys(walked.scalars()))
+        if turn:
+            self._round_after = turn[-1]
+        return turn
 
     def vector_backlog(self) -> int:
         with self._read() as conn:
