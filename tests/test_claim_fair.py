@@ -18,8 +18,8 @@ from numpy.typing import NDArray
 from mnemos import indexer
 from mnemos.domain.ids import utcnow
 from mnemos.storage.base import Store
-from mnemos.storage.schema import memories, memory_vectors
 from mnemos.storage.queue_claims import fair_batch
+from mnemos.storage.schema import memories, memory_vectors
 from tests.world import Actor, World, agent_memory
 
 LEASE = timedelta(seconds=30)
