@@ -31,6 +31,7 @@ _MEMBER_ROOMS = sa.select(P.chat_room_id).where(
 _MEMBER_ROOM_IDS = (
     sa.select(P.chat_room_id)
     .where(P.participant_id == sa.bindparam("member_id"))
+    .order_by(P.chat_room_id)  # one order always: a search's cursor is bound to the list
     .limit(sa.bindparam("limit", type_=sa.Integer()))
 )
 
