@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import unicodedata
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -164,23 +164,35 @@ def relevance(indexed: str, search: SearchQuery) -> float:
     statistics of the whole index (inverse document frequency, average length), which would
     let one tenant's memories move another's order (docs/decisions.md, "Keyword scores from the
     row alone"). 0 for a memory that holds no term."""
-    spaced = " " + indexed.replace(" ", "  ") + " "  # each word between its own two spaces
-    length = indexed.count(" ") + 1
-    damping = SATURATION * (1 - LENGTH_WEIGHT + LENGTH_WEIGHT * length / TYPICAL_WORDS)
-    score = 0.0
-    for needle in _needles(search):
-        count = _occurrences(spaced, needle)
-        score += count / (count + damping)
+    return scorer(search)(indexed)
+
+
+def scorer(search: SearchQuery) -> Callable[[str], float]:
+    """`relevance` of `search`, its terms prepared once for many memories."""
+    prefixes = tuple(" " + word for word in search.words)  # a prefix starts a word
+    # A whole word or a phrase stands between spaces: counted in the text with each word
+    # between its own two spaces (so that `tea tea` holds ` tea ` twice).
+    spaced = tuple(" " + word + " " for word in search.whole_words)
+    spaced += tuple(" " + "  ".join(phrase) + " " for phrase in search.phrases)
+    base = SATURATION * (1 - LENGTH_WEIGHT)
+    per_word = SATURATION * LENGTH_WEIGHT / TYPICAL_WORDS
+
+    def score(indexed: str) -> float:
+        damping = base + per_word * (indexed.count(" ") + 1)
+        total = 0.0
+        if prefixes:
+            text = " " + indexed
+            for needle in prefixes:
+                count = text.count(needle)  # no overlap: a needle holds one space, first
+                total += count / (count + damping)
+        if spaced:
+            text = " " + indexed.replace(" ", "  ") + " "
+            for needle in spaced:
+                count = _occurrences(text, needle)
+                total += count / (count + damping)
+        return total
+
     return score
-
-
-def _needles(search: SearchQuery) -> list[str]:
-    """Each term of `search` as `relevance` finds it in its spaced text: a prefix starts a word,
-    a whole word or a phrase stands between spaces (a phrase's words two spaces apart)."""
-    needles = [" " + word for word in search.words]
-    needles += [" " + word + " " for word in search.whole_words]
-    needles += [" " + "  ".join(phrase) + " " for phrase in search.phrases]
-    return needles
 
 
 def _occurrences(text: str, needle: str) -> int:

@@ -14,7 +14,7 @@ import math
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.sql.dml import Delete, Insert
 
 from mnemos.domain.queries import Audience
-from mnemos.domain.search import SearchQuery, relevance
+from mnemos.domain.search import SearchQuery, scorer
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.replicas import Mark
@@ -83,11 +83,16 @@ def fts5_search(expression: str) -> SearchQuery:
 
 RELEVANCE_FUNCTION = "mnemos_relevance"
 """The SQL function (`search_text`, the MATCH expression) that scores a match: `relevance` on the
-row's words, registered on every connection (`_engine`)."""
+row's words (`domain/search.py`), registered on every connection (`_engine`)."""
+
+
+@lru_cache(maxsize=1024)
+def _scorer(expression: str) -> Callable[[str], float]:
+    return scorer(fts5_search(expression))
 
 
 def _relevance(search_text: str, expression: str) -> float:
-    return relevance(search_text, fts5_search(expression))
+    return _scorer(expression)(search_text)
 
 
 SCOPE_TOKENS = tuple(zip(OWNERS, ("zzag", "zzsub", "zzroom", "zzorg"), strict=True))
