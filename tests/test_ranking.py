@@ -573,10 +573,3 @@ def test_sqlite_scores_the_terms_its_match_expression_holds() -> None:
         search = parse_search(text, 500)
         assert fts5_search(fts5_query(search)) == search
         assert fts5_search(fts5_query(search, agent)) == search
-
-
-def test_a_phrase_counts_every_place_it_starts() -> None:
-    from mnemos.domain.search import index_text, relevance
-
-    once, twice = (relevance(index_text(t), parse_search('"a a"', 500)) for t in ("a a b", "a a a"))
-    assert 0 < once < twice
