@@ -35,6 +35,8 @@ ROWS = {
     f"'{MID}' (1%), org-wide": {"query": MID, "memory_scope": "org"},
     f"'{RARE}' (0.01%), one agent": {"query": RARE},
     f"'{RARE}' (0.01%), org-wide": {"query": RARE, "memory_scope": "org"},
+    f"'{MID} {COMMON}' (two words), one agent": {"query": f"{MID} {COMMON}"},
+    f"'{MID} {COMMON}' (two words), org-wide": {"query": f"{MID} {COMMON}", "memory_scope": "org"},
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from mnemos.domain.accounts import hash_key
-from mnemos.domain.ids import utcnow
+from mnemos.domain.ids import utcnow, uuid7
 from mnemos.domain.memories import AgentListParams, MemoryService
 from mnemos.domain.models import AgentContext, Memory, Scope, Status
 from mnemos.domain.pagination import CursorCodec
@@ -472,18 +472,12 @@ def test_each_cut_audience_falls_back_to_every_match_on_its_own(
     assert [s.id for s in store.rank_memories(query, limit=2, pool=2)] == exact
 
 
-def test_another_tenants_words_do_not_order_this_tenants_search(
-    request: pytest.FixtureRequest, store: Store, world: World
-) -> None:
-    """Two memories that hold two searched words, each one twice and the other once: which
-    ranks first says which word is rarer. SQLite's bm25 counts every tenant's memories for
-    that, so one memory of another tenant holding a word flips this tenant's order: a tenant
-    learns from its own search whether anyone else wrote the word (docs/decisions.md, "No
-    tenant's writes change another tenant's ranking", open). `ts_rank` reads the row alone."""
-    if is_sqlite(store):
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="FTS5's bm25 weighs words by every tenant")
-        )
+def test_another_tenants_words_do_not_order_this_tenants_search(store: Store, world: World) -> None:
+    """Two memories that hold two searched words, each one twice and the other once: under
+    FTS5's bm25 (SQLite before), which counts every tenant's memories, which ranks first said
+    which word is rarer, so one memory of another tenant holding a word flipped this tenant's
+    order: a tenant learnt from its own search whether anyone else wrote the word
+    (docs/decisions.md, "Keyword scores from the row alone"). Both backends score the row."""
     ours = world.agent(world.user("Prober", "org-probe"))
     theirs = world.agent(world.user("Holder", "org-holder"))
     start = utcnow() - timedelta(hours=1)
@@ -497,10 +491,85 @@ def test_another_tenants_words_do_not_order_this_tenants_search(
     audience = Audience(source_agent_id=uuid.UUID(ours.id), tenant_id=ours.tenant)
     query = filters("quixotrel zzqnonce").within((audience,), Order.RELEVANCE)
     before = [s.id for s in store.rank_memories(query, limit=2)]
-    if is_sqlite(store):  # 2 memories hold `quixotrel`, 3 `zzqnonce`: the rarer weighs more
-        assert before == [probes[0].id, probes[1].id]
     secrets = [
         agent_memory(theirs, f"the quixotrel launch is in spring {i}", utcnow()) for i in range(2)
     ]
     store.replace_memories(theirs.tenant, secrets, [], secrets[0].inserted_at)
     assert [s.id for s in store.rank_memories(query, limit=2)] == before
+
+
+def test_another_tenants_lengths_do_not_order_this_tenants_search(
+    store: Store, world: World
+) -> None:
+    """A one-word search: a long memory holding the word twice and a short one holding it once.
+    Under bm25 the weight of a memory's length against its count is set by the average length
+    of every memory in the index, so another tenant's many long memories flipped this order."""
+    ours = world.agent(world.user("Prober", "org-probe"))
+    theirs = world.agent(world.user("Writer", "org-writer"))
+    start = utcnow() - timedelta(hours=1)
+    filler = " ".join(f"filler{i}" for i in range(18))
+    texts = [f"quixotrel {filler} quixotrel", "quixotrel alone"]
+    probes = [
+        agent_memory(ours, text, start + timedelta(seconds=i)) for i, text in enumerate(texts)
+    ]
+    others = [agent_memory(ours, f"lunch at noon {i}", start) for i in range(20)]
+    store.replace_memories(ours.tenant, probes + others, [], start)
+    audience = Audience(source_agent_id=uuid.UUID(ours.id), tenant_id=ours.tenant)
+    query = filters("quixotrel").within((audience,), Order.RELEVANCE)
+    before = [s.id for s in store.rank_memories(query, limit=2)]
+    at = utcnow()
+    long_ones = [
+        agent_memory(theirs, " ".join(f"w{i}x{j}" for j in range(50 + i)), at) for i in range(200)
+    ]
+    store.replace_memories(theirs.tenant, long_ones, [], at)
+    assert [s.id for s in store.rank_memories(query, limit=2)] == before
+
+
+def _ranked_texts(store: Store, world: World, search: str, texts: list[str]) -> list[str]:
+    """`texts` stored oldest first by one agent (beside memories that hold `coffee` often, so
+    that `coffee` is a common word of the index), ranked for `search`."""
+    agent = world.agent(world.user("Scorer", "org-score"))
+    start = utcnow() - timedelta(hours=1)
+    common = [agent_memory(agent, f"coffee at noon {i}", start) for i in range(30)]
+    # Each later text has the greater id: a tie ranks it first (order by score, then id).
+    at = [start + timedelta(seconds=1 + i) for i in range(len(texts))]
+    stored = [
+        agent_memory(agent, text, at[i], id=uuid7(int(at[i].timestamp() * 1000)))
+        for i, text in enumerate(texts)
+    ]
+    store.replace_memories(agent.tenant, common + stored, [], start)
+    audience = Audience(source_agent_id=uuid.UUID(agent.id), tenant_id=agent.tenant)
+    query = filters(search).within((audience,), Order.RELEVANCE)
+    content = {m.id: m.content for m in stored}
+    return [content[s.id] for s in store.rank_memories(query, limit=len(texts)) if s.id in content]
+
+
+def test_more_occurrences_rank_higher(store: Store, world: World) -> None:
+    texts = ["tea with tea and tea", "tea with a friend"]  # the same length; the weaker newer
+    assert _ranked_texts(store, world, "tea", texts) == texts
+
+
+def test_each_term_counts_more_than_repeating_one(store: Store, world: World) -> None:
+    """Every match holds every term (they are ANDed): holding each twice beats holding one three
+    times and the other once, whichever word is rarer in the index (bm25 weighed `tea`, the
+    rarer here, over `coffee`)."""
+    texts = ["coffee tea coffee tea cake", "tea coffee tea tea cake"]
+    assert _ranked_texts(store, world, "tea coffee", texts) == texts
+
+
+def test_a_longer_memory_with_the_same_count_ranks_lower(store: Store, world: World) -> None:
+    texts = ["tea in the garden", "tea in the garden with our staff, plants and a printer"]
+    assert _ranked_texts(store, world, "tea", texts) == texts
+    assert _ranked_texts(store, world, '"the garden" tea', texts) == texts  # a phrase too
+
+
+def test_sqlite_scores_the_terms_its_match_expression_holds() -> None:
+    """SQLite's score reads the search back from the MATCH expression (`fts5_search`): every
+    kind of term, with or without a scope token, comes back as parsed."""
+    from mnemos.storage.sqlite import fts5_query, fts5_search
+
+    agent = Audience(source_agent_id=uuid.UUID(int=7), tenant_id=uuid.UUID(int=7))
+    for text in ["tea", "green tea", 'a "green tea" e tea', '"a a" b']:
+        search = parse_search(text, 500)
+        assert fts5_search(fts5_query(search)) == search
+        assert fts5_search(fts5_query(search, agent)) == search

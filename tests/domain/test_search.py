@@ -4,7 +4,14 @@ import pytest
 
 from mnemos.domain.models import Scope
 from mnemos.domain.queries import Audience
-from mnemos.domain.search import MAX_TERMS, MIN_PREFIX_CHARS, parse_search, words_of
+from mnemos.domain.search import (
+    MAX_TERMS,
+    MIN_PREFIX_CHARS,
+    index_text,
+    parse_search,
+    relevance,
+    words_of,
+)
 from mnemos.errors import ValidationFailed
 from mnemos.storage.postgres import tsquery
 from mnemos.storage.sqlite import fts5_query
@@ -105,3 +112,23 @@ def test_no_prefix_shorter_than_the_minimum_reaches_a_backend(text: str) -> None
     assert all(len(word) >= MIN_PREFIX_CHARS for word in query.words)
     assert "*" not in fts5_query(query)
     assert ":*" not in tsquery(query)
+
+
+def score(content: str, search: str) -> float:
+    return relevance(index_text(content), parse_search(search, 500))
+
+
+def test_relevance_counts_each_term_as_the_index_matches_it() -> None:
+    assert score("teapot and tea", "tea") > score("teapot and cake", "tea") > 0  # prefixes
+    assert score("steam", "tea") == 0  # a prefix starts a word
+    assert score("e e-mail", "e") > score("e mail", "e") > 0  # whole short words, "e e" twice
+    assert score("eel", "e") == 0
+    assert score("a a a", '"a a"') > score("a a b", '"a a"') > 0  # a phrase, overlaps too
+    assert score("green and tea", '"green tea"') == 0
+
+
+def test_relevance_saturates_and_weighs_length() -> None:
+    assert score("tea tea tea cake", "tea") > score("tea cake cake cake", "tea")
+    assert score("tea cake", "tea") > score("tea cake and more words", "tea")
+    # each term counts: twice each beats three times one and once the other
+    assert score("tea cake tea cake", "tea cake") > score("tea tea tea cake", "tea cake")

@@ -4,8 +4,9 @@ A search runs over a `MemoryQuery` the visibility rules built, exactly as a list
 rankers only order what the query holds (the vector store re-checks every candidate against
 it in the database). Modes:
 
-- `keyword`: full-text relevance (the store's `Ranker`: FTS5 bm25 / `ts_rank`); a memory's
-  score is `1 / (RRF_K + rank)`, its rank alone (bm25 counts every organization's memories).
+- `keyword`: full-text relevance (the store's `Ranker`: `search.relevance` / `ts_rank`, each
+  read from the memory alone); a memory's score is `1 / (RRF_K + rank)`, its rank alone (the
+  engines' scales differ).
 - `semantic`: cosine similarity of the query's embedding to each memory's vector.
 - `hybrid` (default): reciprocal rank fusion of both over the best `HYBRID_DEPTH` of each leg;
   a memory's score is the sum over legs of `1 / (RRF_K + rank)`. The keyword leg may rank only
@@ -236,7 +237,7 @@ class Recall:
     ) -> list[Scored]:
         """The best `depth` by full-text relevance (among the newest `pool` matches, if given),
         in the store's order; each scored by its rank alone, `1 / (RRF_K + rank)` (the store's
-        own score is not shown: SQLite's bm25 counts every organization's memories)."""
+        own score is not shown: each backend has its own scale)."""
         search = query.search
         if search is None:
             try:

@@ -16,9 +16,11 @@ Both the stored text and the query go through `words_of`, so every backend index
 same words: storage indexes `index_text(content)`, never the raw content.
 
 Ranking: a list with `Order.NEWEST` uses a search as a filter; one with `Order.RELEVANCE` asks a
-`Ranker` for the matches best first, each with its score. The store ranks full text (FTS5 bm25 on
-SQLite, `ts_rank` on PostgreSQL); another ranker (by meaning, or a fusion of two) implements the
-same protocol, and the domain re-applies nothing: a ranker runs the query's audiences as given.
+`Ranker` for the matches best first, each with its score. The store ranks full text by a score
+read from the matched memory alone, never from other memories (another tenant's words must not
+move a tenant's order): `relevance` on SQLite, `ts_rank` on PostgreSQL. Another ranker (by
+meaning, or a fusion of two) implements the same protocol, and the domain re-applies nothing: a
+ranker runs the query's audiences as given.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import re
 import unicodedata
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -39,6 +41,9 @@ if TYPE_CHECKING:
 _WORD = re.compile(r"[^\W_]+")
 MAX_TERMS = 8
 MIN_PREFIX_CHARS = 3
+SATURATION = 1.2  # `relevance`: occurrences of a term past a few add little (BM25's k1)
+LENGTH_WEIGHT = 0.75  # how much a memory's length damps its occurrences (BM25's b)
+TYPICAL_WORDS = 20  # the length at which that damping is neutral: a constant, not a statistic
 
 
 @dataclass(frozen=True)
@@ -148,3 +153,52 @@ def _simplified(words: list[str], phrases: list[tuple[str, ...]]) -> SearchQuery
     ]
     whole = [word for word in dict.fromkeys(words) if len(word) < MIN_PREFIX_CHARS]
     return SearchQuery(tuple(prefixes), unique_phrases, tuple(whole))
+
+
+def relevance(indexed: str, search: SearchQuery) -> float:
+    """How well a memory matches `search`, read from its indexed words (`index_text`) and the
+    search alone: for each term (prefix, whole word or phrase, as the index matches it), its
+    occurrences `n` give `n / (n + d)`, summed over the terms. `d` grows with the memory's own
+    length in words, so that the same count in a longer memory weighs less; and each term's
+    part saturates, so that holding every term beats repeating one. BM25 without its two
+    statistics of the whole index (inverse document frequency, average length), which would
+    let one tenant's memories move another's order (docs/decisions.md, "Keyword scores from the
+    row alone"). 0 for a memory that holds no term."""
+    return scorer(search)(indexed)
+
+
+def scorer(search: SearchQuery) -> Callable[[str], float]:
+    """`relevance` of `search`, its terms prepared once for many memories."""
+    prefixes = tuple(" " + word for word in search.words)  # a prefix starts a word
+    # A whole word or a phrase stands between spaces: counted in the text with each word
+    # between its own two spaces (so that `tea tea` holds ` tea ` twice).
+    spaced = tuple(" " + word + " " for word in search.whole_words)
+    spaced += tuple(" " + "  ".join(phrase) + " " for phrase in search.phrases)
+    base = SATURATION * (1 - LENGTH_WEIGHT)
+    per_word = SATURATION * LENGTH_WEIGHT / TYPICAL_WORDS
+
+    def score(indexed: str) -> float:
+        damping = base + per_word * (indexed.count(" ") + 1)
+        total = 0.0
+        if prefixes:
+            text = " " + indexed
+            for needle in prefixes:
+                count = text.count(needle)  # no overlap: a needle holds one space, first
+                total += count / (count + damping)
+        if spaced:
+            text = " " + indexed.replace(" ", "  ") + " "
+            for needle in spaced:
+                count = _occurrences(text, needle)
+                total += count / (count + damping)
+        return total
+
+    return score
+
+
+def _occurrences(text: str, needle: str) -> int:
+    """How many times `needle` starts in `text`, overlaps included (`a a` twice in `a a a`)."""
+    count, at = 0, text.find(needle)
+    while at >= 0:
+        count += 1
+        at = text.find(needle, at + 1)
+    return count

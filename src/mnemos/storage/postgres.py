@@ -164,6 +164,10 @@ def _engine(url: str, pool_size: int, **connect_args: Any) -> Engine:
     )
 
 
+TS_RANK_LENGTH: sa.ColumnClause[Any] = sa.literal_column("1")
+"""`ts_rank`'s normalization: its score divided by 1 + log(the memory's length in words)."""
+
+
 def _search_column() -> sa.ColumnElement[Any]:
     return sa.literal_column("memories.search")
 
@@ -364,7 +368,10 @@ class PostgresStore(SqlStore):
         # condition of the audience (docs/decisions.md, "A walked pool on PostgreSQL" and "The
         # pool is the owner's newest matches").
         terms = _tsquery(param)
-        score = sa.func.ts_rank(_search_column(), terms, type_=sa.Float())
+        # From the row alone, as SQLite's (`domain/search.py` `relevance`): normalization 1
+        # divides by 1 + log(the memory's length), so the same count in a longer memory
+        # weighs less.
+        score = sa.func.ts_rank(_search_column(), terms, TS_RANK_LENGTH, type_=sa.Float())
         if pool is None:
             return memories, _search_column().op("@@")(terms), score, None
         newest: sa.Select[Any] | sa.CompoundSelect[Any] = _newest_matches(

@@ -14,8 +14,9 @@ import math
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.sql.dml import Delete, Insert
 
 from mnemos.domain.queries import Audience
-from mnemos.domain.search import SearchQuery
+from mnemos.domain.search import SearchQuery, scorer
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
 from mnemos.storage.replicas import Mark
@@ -62,6 +63,36 @@ def fts5_query(search: SearchQuery, audience: Audience | None = None) -> str:
     expression = "{search_text} : (" + " ".join(terms) + ")"
     token = scope_token(audience) if audience is not None else None
     return f'{expression} AND {{scope}} : "{token}"' if token else expression
+
+
+_FTS5_TERM = re.compile(r'"([^"]*)"(\*?)')
+
+
+@lru_cache(maxsize=1024)
+def fts5_search(expression: str) -> SearchQuery:
+    """The search an `fts5_query` expression matches (its terms, not its scope token): quoted
+    terms, a prefix starred, a phrase of several words, else a whole word. No term holds a
+    quote or a parenthesis (`words_of`)."""
+    terms = _FTS5_TERM.findall(expression[expression.index("(") : expression.index(")")])
+    return SearchQuery(
+        words=tuple(term for term, star in terms if star),
+        phrases=tuple(tuple(term.split()) for term, star in terms if not star and " " in term),
+        whole_words=tuple(term for term, star in terms if not star and " " not in term),
+    )
+
+
+RELEVANCE_FUNCTION = "mnemos_relevance"
+"""The SQL function (`search_text`, the MATCH expression) that scores a match: `relevance` on the
+row's words (`domain/search.py`), registered on every connection (`_engine`)."""
+
+
+@lru_cache(maxsize=1024)
+def _scorer(expression: str) -> Callable[[str], float]:
+    return scorer(fts5_search(expression))
+
+
+def _relevance(search_text: str, expression: str) -> float:
+    return _scorer(expression)(search_text)
 
 
 SCOPE_TOKENS = tuple(zip(OWNERS, ("zzag", "zzsub", "zzroom", "zzorg"), strict=True))
@@ -243,6 +274,7 @@ def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine
         # query, 3x faster mapped (measured); the pages are the OS's, shared by every process.
         cursor.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
         cursor.close()
+        dbapi_conn.create_function(RELEVANCE_FUNCTION, 2, _relevance, deterministic=True)
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -445,37 +477,29 @@ class SqliteStore(SqlStore):
     ) -> tuple[
         sa.FromClause, sa.ColumnElement[bool], sa.ColumnElement[float], sa.FromClause | None
     ]:
-        # bm25 works only in a statement that MATCHes the FTS table and nothing else: the
-        # matches are scored alone (LIMIT -1 keeps SQLite from flattening them into the join,
-        # where bm25 is refused), then joined to their memories. bm25 is lower for better
-        # matches; the scope column (owner tokens, migration 0005) weighs nothing. A pool is cut
-        # here (`_cuts_pool`), before the filters: they may keep fewer than `pool`. Its hits
-        # are materialized: joined, and counted (`SqlStore.rank_memories`).
+        # The matches are looked up in FTS5 alone (LIMIT -1 keeps them a subquery of their own,
+        # not flattened into the join), then joined to their memories, and each scored from its
+        # own row (`RELEVANCE_FUNCTION`): no statistic of the index, which counts every tenant's
+        # memories. A pool is cut here (`_cuts_pool`), before the filters: they may keep fewer
+        # than `pool`. Its hits are materialized: joined, and counted (`SqlStore.rank_memories`).
         fts: sa.ColumnClause[Any] = sa.literal_column("memories_fts")
         rowid: sa.ColumnClause[Any] = sa.literal_column("rowid")
         hits = (
-            sa.select(
-                sa.literal_column("rowid").label("pk"),
-                (-sa.func.bm25(fts, sa.literal_column("1.0"), sa.literal_column("0.0"))).label(
-                    "score"
-                ),
-            )
+            sa.select(rowid.label("pk"))
             .select_from(sa.table("memories_fts"))
             .where(fts.op("MATCH")(param))
             .order_by(rowid.desc() if pool else None)
             .limit(sa.literal_column(str(pool or -1)))
         )
+        score = getattr(sa.func, RELEVANCE_FUNCTION)(
+            memories.c.search_text, param, type_=sa.Float()
+        )
         if pool is None:
             scored = hits.subquery("hits")
-            return (
-                memories.join(scored, scored.c.pk == memories.c.pk),
-                sa.true(),
-                scored.c.score,
-                None,
-            )
+            return memories.join(scored, scored.c.pk == memories.c.pk), sa.true(), score, None
         pooled = hits.cte(f"hits{index}").prefix_with("MATERIALIZED")
         source = memories.join(pooled, pooled.c.pk == memories.c.pk)
-        return source, sa.true(), pooled.c.score, pooled
+        return source, sa.true(), score, pooled
 
     def _search_value(self, search: SearchQuery, audience: Audience) -> str:
         return fts5_query(search, audience)
