@@ -242,10 +242,7 @@ def fresh_side(backend: str, tree: Path, args: argparse.Namespace) -> dict[str, 
         }
         return result
     finally:
-        if stream is not None and stream.poll() is None:
-            stream.kill()
-            stream.wait()
-        sides_.clean_up(server, drop, tmp)
+        sides_.clean_up(server, drop, tmp, stream)
 
 
 def run(

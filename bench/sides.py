@@ -77,8 +77,18 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def clean_up(server: subprocess.Popen[bytes] | None, drop: Callable[[], None], tmp: Path) -> None:
-    """Stop a side's server (if it started), drop its database copy and its files."""
+def clean_up(
+    server: subprocess.Popen[bytes] | None,
+    drop: Callable[[], None],
+    tmp: Path,
+    *beside: subprocess.Popen[Any] | None,
+) -> None:
+    """Kill the processes run `beside` a side (a client, a writer) that still run, stop its
+    server (if it started), drop its database copy and its files."""
+    for process in beside:
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
     if server is not None:
         stop(server)
     drop()

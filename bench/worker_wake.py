@@ -136,10 +136,7 @@ def side(backend: str, template: str, tree: Path, args: argparse.Namespace) -> d
         result["load average"] = sides_.load_average()
         return result
     finally:
-        if beside is not None and beside.poll() is None:
-            beside.kill()
-            beside.wait()
-        sides_.clean_up(server, drop, tmp)
+        sides_.clean_up(server, drop, tmp, beside)
 
 
 def run(
