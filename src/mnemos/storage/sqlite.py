@@ -43,6 +43,7 @@ from mnemos.storage.sql_base import (
 )
 from mnemos.storage.sql_conditions import OWNERS, narrowest_owner
 from mnemos.storage.sql_vectors import BLOB_READS
+from mnemos.storage.sqlite_engine import sqlite_engine
 from mnemos.storage.sqlite_kept import KeptFile
 from mnemos.storage.watchdog import Watchdog
 
@@ -252,35 +253,22 @@ crash leaves it as it was; crisis merges (16 segments on a level) still run."""
 
 
 def _engine(url: str, *, pool_size: int, begin: str, synchronous: str) -> Engine:
-    engine = sa.create_engine(
+    return sqlite_engine(
         url,
         pool_size=pool_size,
-        max_overflow=0,
-        pool_timeout=60,
-        json_deserializer=read_json,
-        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
-    )
-
-    @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA synchronous={synchronous}")
-        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA foreign_keys=ON")
+        begin=begin,
+        busy_timeout_ms=BUSY_TIMEOUT_MS,
         # Reads map the file instead of copying its pages into each connection's small cache:
         # the vector search reads a scope's sign bits (~5 MB at 100,000 memories) on every
         # query, 3x faster mapped (measured); the pages are the OS's, shared by every process.
-        cursor.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
-        cursor.close()
-        dbapi_conn.create_function(RELEVANCE_FUNCTION, 2, _relevance, deterministic=True)
+        pragmas=(f"synchronous={synchronous}", "foreign_keys=ON", f"mmap_size={MMAP_BYTES}"),
+        on_connect=_register_functions,
+        json_deserializer=read_json,
+    )
 
-    @sa.event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql(begin)
 
-    return engine
+def _register_functions(dbapi_conn: Any) -> None:
+    dbapi_conn.create_function(RELEVANCE_FUNCTION, 2, _relevance, deterministic=True)
 
 
 class JsonKeys(sa.types.TypeDecorator[list[int]]):

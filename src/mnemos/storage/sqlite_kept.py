@@ -22,40 +22,25 @@ from __future__ import annotations
 
 import threading
 from contextlib import AbstractContextManager
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from mnemos.storage.schema import search_pages
+from mnemos.storage.sqlite_engine import sqlite_engine
 
 SUFFIX = ".searches"
 """The kept answers' file: the database's path and this."""
 
 
 def _engine(path: str, *, pool_size: int, begin: str, busy_timeout_ms: int) -> Engine:
-    engine = sa.create_engine(
+    return sqlite_engine(
         f"sqlite:///{path}",
         pool_size=pool_size,
-        max_overflow=0,
-        pool_timeout=60,
-        connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
+        begin=begin,
+        busy_timeout_ms=busy_timeout_ms,
+        pragmas=("synchronous=NORMAL",),
     )
-
-    @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-        cursor.close()
-
-    @sa.event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql(begin)
-
-    return engine
 
 
 class KeptFile:
