@@ -55,11 +55,6 @@ def _sqlite_file(database_url: str) -> Path:
 # --- 1. `mnemos backup --out` the database itself -------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: `mnemos backup --out <the database's own path>` renames the copy over the "
-    "live file (ok, exit 0); a running server keeps the unlinked inode and refuses every key",
-)
 def test_backup_onto_the_database_itself_is_refused(world: World, database_url: str) -> None:
     path = _sqlite_file(database_url)
     world.user("Ann", "acme")
@@ -106,11 +101,6 @@ def test_merge_refuses_a_key_for_a_person_the_file_does_not_bring(
 # --- 3. Tuya: a trailing newline passes the device id and memory key checks ------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: MEMORY_KEY is `^...$` with .match, so 'k\\n' is a key; it is listed, and "
-    "DELETE memory_keys=k%0A removes nothing (parse_keys strips it to 'k')",
-)
 def test_a_memory_key_with_a_trailing_newline_is_refused(
     client: TestClient,
     project: dict[str, Any],  # noqa: F811
@@ -120,11 +110,6 @@ def test_a_memory_key_with_a_trailing_newline_is_refused(
     assert written["success"] is False and written["code"] == 1109, written
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: DEVICE_ID is `^...$` with .match, so 'dev1\\n' is a device; the signature "
-    "covers the path without it (request.url drops the newline), so it is not even signed",
-)
 def test_a_device_id_with_a_trailing_newline_is_refused(
     client: TestClient,
     project: dict[str, Any],  # noqa: F811
@@ -143,11 +128,6 @@ def test_a_device_id_with_a_trailing_newline_is_refused(
     assert answer["success"] is False, answer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: TuyaMemories.binding takes int(bind_role_type): 2.5, 2.999, '２' (fullwidth) "
-    "and true (as 1) are role types, where effective_scope refuses anything but the integer",
-)
 @pytest.mark.parametrize("kind", [2.5, "２", True])
 def test_bind_role_type_is_exactly_0_1_or_2(
     client: TestClient,
@@ -163,12 +143,6 @@ def test_bind_role_type_is_exactly_0_1_or_2(
 # --- 4. operator commands: clear errors -----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: `mnemos export` and `mnemos admin export-subject` with --out in a missing "
-    "directory die with a Python traceback (FileNotFoundError on the .partial file), not the "
-    "one-line JSON error every other refusal prints",
-)
 @pytest.mark.parametrize("command", ["export", "export-subject"])
 def test_an_out_file_in_a_missing_directory_is_a_json_error(
     world: World, database_url: str, tmp_path: Path, command: str
@@ -183,11 +157,6 @@ def test_an_out_file_in_a_missing_directory_is_a_json_error(
     assert "error" in json.loads(done.stderr), done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: `admin bind-tuya-role` stores a role id with a control character (check_text)"
-    " that the Tuya API's ROLE_ID can never match: ok, exit 0, a binding nobody can use",
-)
 def test_bind_tuya_role_refuses_a_role_id_the_api_cannot_name(
     world: World, database_url: str
 ) -> None:
@@ -264,12 +233,6 @@ def test_import_refuses_a_memory_filed_under_another_tenant(
 # --- 5. the web page's requests count against the anonymous limit of the address -------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: AccessMiddleware counts every /ui request (the cookie is no credential "
-    "header) against ip:<address>; anonymous requests from that address lock signed-in people "
-    "out of the page (a JSON 429) while the API with the same person's key still answers",
-)
 def test_anonymous_requests_do_not_lock_a_signed_in_person_out_of_the_page(
     settings: Settings, store: Store, world: World
 ) -> None:
@@ -289,12 +252,6 @@ def test_anonymous_requests_do_not_lock_a_signed_in_person_out_of_the_page(
 # --- 6. the page shows a count the link wrote -------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: /ui/me?done=erased&n=... prints any digits of the link (str.isdigit: also "
-    "'١٢', 3,000 digits) as 'Erased N memories about you', though nothing was erased: "
-    "with_notice promises a fixed text, nothing the client wrote",
-)
 def test_the_erased_notice_shows_no_number_the_link_wrote(client: TestClient, world: World) -> None:
     person = world.user("Ann", "acme")
     assert ui_sign_in(client, person.api_key).status_code == 303

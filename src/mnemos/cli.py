@@ -16,9 +16,9 @@ import click
 
 from mnemos.config import Settings, load_settings
 from mnemos.domain import accounts
+from mnemos.domain.tuya import ROLE_ID
 from mnemos.domain.tuya_auth import new_project_credentials
-from mnemos.domain.values import check_text
-from mnemos.errors import MnemosError, NotFound
+from mnemos.errors import MnemosError, NotFound, invalid_field
 from mnemos.storage import check_settings, open_store
 from mnemos.storage import migrate as run_migrations
 from mnemos.storage.base import Store
@@ -297,7 +297,9 @@ def bind_tuya_role(
         found = store.agents_by_ids([agent_id])
         if not found or found[0][1] != org_id:
             raise NotFound("No such agent in this organization", {"agent": str(agent_id)})
-        store.bind_tuya_role(org_id, check_text(role_id, "role-id"), agent_id)
+        if not ROLE_ID.fullmatch(role_id):  # the API's rule, or no device could name it
+            raise invalid_field("role-id", "must be 1-64 characters, none of them a control")
+        store.bind_tuya_role(org_id, role_id, agent_id)
         _emit({"ok": True})
 
 
@@ -318,24 +320,21 @@ def export_subject(user_id: uuid.UUID, out: Path, database_url: str | None) -> N
     same lines as their own export; a progress bar on a terminal. The file appears whole or not
     at all."""
     from mnemos.api.rights import encoded_lines
+    from mnemos.cli_ops import whole_file
 
     with _admin_store(database_url) as store:
         rights = _services(store, database_url).rights
         ctx = rights.person(user_id)
         total = rights.count(ctx)
-        partial = out.with_name(out.name + ".partial")
         exported = 0
         bar = click.progressbar(length=total, label="exporting", file=sys.stderr)
         shown = bar if sys.stderr.isatty() else nullcontext(bar)
-        with shown, partial.open("wb") as file:
+        with shown, whole_file(out) as file:
             for found, names in rights.export_encoded(ctx):
                 file.writelines(encoded_lines([(found, names)]))
                 exported += len(found.lines)
                 if shown is bar:
                     bar.update(len(found.lines))
-            file.flush()
-            os.fsync(file.fileno())
-        partial.replace(out)
         _emit(
             {
                 "user": str(user_id),

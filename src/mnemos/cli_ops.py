@@ -8,19 +8,20 @@ unless `--progress` asks for them.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 
 from mnemos.config import load_settings
-from mnemos.errors import MnemosError
+from mnemos.errors import CannotWrite, MnemosError
 from mnemos.storage import alembic_config
 from mnemos.storage import migrate as run_migrations
 
@@ -45,6 +46,26 @@ def _refusals() -> Iterator[None]:
             error["details"] = exc.details
         click.echo(json.dumps({"error": error}), err=True)
         sys.exit(1)
+
+
+@contextmanager
+def whole_file(out: Path) -> Iterator[BinaryIO]:
+    """`out`, written as `out.partial` and renamed once the block ends without an error, so the
+    file appears whole or not at all; one that cannot be opened is `CannotWrite`."""
+    partial = out.with_name(out.name + ".partial")
+    try:
+        file = partial.open("wb")
+    except OSError as exc:
+        raise CannotWrite(details={"out": str(out), "reason": exc.strerror or str(exc)}) from None
+    try:
+        with file:
+            yield file
+            file.flush()
+            os.fsync(file.fileno())
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(out)
 
 
 @contextmanager
@@ -104,8 +125,7 @@ def export(out: Path, progress: bool | None, database_url: str | None) -> None:
     url = _url(database_url)
     started = time.perf_counter()
     totals: dict[str, int] = {}
-    partial = out.with_name(out.name + ".partial")  # renamed once complete
-    with _refusals(), partial.open("wb") as file, _bar(progress, "rows", None) as bar:
+    with _refusals(), whole_file(out) as file, _bar(progress, "rows", None) as bar:
 
         def step(rows: int) -> None:
             if bar.total is None:  # the tables were counted before the first rows came
@@ -113,7 +133,6 @@ def export(out: Path, progress: bool | None, database_url: str | None) -> None:
             bar.update(rows)
 
         summary = export_database(url, file, step, totals)
-    partial.replace(out)
     seconds = time.perf_counter() - started
     _emit({"ok": True, "out": str(out), **summary.as_json(), "seconds": round(seconds, 3)})
 

@@ -148,6 +148,12 @@ class McpNotInstalled(MnemosError):
     )
 
 
+class CannotWrite(MnemosError):
+    """A command's output file cannot be written (a missing directory, no permission)."""
+
+    status, code, default_message = 500, "cannot_write", "The output file cannot be written"
+
+
 class StorageUnavailable(MnemosError):
     status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
 

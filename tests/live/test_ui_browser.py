@@ -419,7 +419,7 @@ def test_download_and_erase(page: Page, site: Site, tmp_path: Path) -> None:
     assert "Erase all 4 memories" in page.content()
     shot(site, page, "erase-confirm", tmp_path)
     click(page.get_by_role("button", name="Erase everything about me"))
-    assert page.locator(".notice").inner_text() == "Erased 4 memories about you."
+    assert page.locator(".notice").inner_text() == "Every memory about you was erased."
     assert page.locator("#count").inner_text().startswith("0 memories")
     assert site.api_ids(ann, scope="about_me", status="all") == []
     assert site.status(bob, kept) == "active"

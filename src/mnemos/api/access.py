@@ -21,6 +21,7 @@ from mnemos.errors import MnemosError, RateLimited, Unauthorized
 from mnemos.ratelimit import Limiters
 
 T = TypeVar("T")
+SESSION_COOKIE = "mnemos_session"  # the web page's session (`api/ui/web.py`)
 RATE_LIMIT_STATE = "rate_limit"
 CALLER_STATE = "caller"  # "agent:<id>", "user:<id>", "tuya:<client id>": the access log's caller
 
@@ -37,6 +38,33 @@ def limiters(request: Request) -> Limiters:
 
 def _refused(retry_after: int, message: str | None = None) -> MnemosError:
     return RateLimited(retry_after, message)
+
+
+def counted_by_page(scope: Scope) -> bool:
+    """Whether a request is a page's that carries a session cookie: the page counts it
+    (`count_page_request`), against the person when the cookie holds a signed-in session,
+    not `AccessMiddleware` against the address: anonymous requests from a shared address
+    (behind NAT) must not lock a signed-in person out of the page while the API takes their
+    key. Static files are counted against the address as before."""
+    path: str = scope["path"]
+    if path.startswith("/ui/static/") or not (path == "/ui" or path.startswith("/ui/")):
+        return False
+    marker = (SESSION_COOKIE + "=").encode()
+    return any(
+        name.lower() == b"cookie" and marker in value for name, value in scope.get("headers", [])
+    )
+
+
+async def count_address(request: Request) -> None:
+    """Count one request against the client address (as `AccessMiddleware` counts requests
+    without a credential); `rate_limited` past the limit."""
+    limiter = limiters(request).requests
+    if limiter is None:
+        return
+    verdict = await limiter.check(f"ip:{client_address(request.scope)}")
+    request.scope.setdefault("state", {})[RATE_LIMIT_STATE] = verdict
+    if not verdict.allowed:
+        raise RateLimited(verdict.retry_after)
 
 
 async def count_request(request: Request, identity: str) -> None:

@@ -47,8 +47,9 @@ SCOPE_NAMES: dict[int, str] = {GLOBAL: "Global memory", ROLE: "Role's memory"}
 MAX_KEYS = 20
 MAX_WRITE = 50
 MAX_VALUE = 10_000
-DEVICE_ID = re.compile(r"^[A-Za-z0-9_.*-]{1,64}$")
-MEMORY_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+# Checked with `fullmatch` (`$` would let a trailing newline through).
+DEVICE_ID = re.compile(r"[A-Za-z0-9_.*-]{1,64}")
+MEMORY_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 ROLE_ID = re.compile("[^\x00-\x1f\x7f\ud800-\udfff]{1,64}")  # as `bind-tuya-role` stores it
 LIST_CAP = 10_000
 DELETE_BATCH = 1_000
@@ -86,18 +87,19 @@ class TuyaMemories:
 
     @staticmethod
     def device(device_id: str) -> str:
-        if not DEVICE_ID.match(device_id):
+        if not DEVICE_ID.fullmatch(device_id):
             raise param_illegal("device_id", "must be 1-64 letters, digits or ._-*")
         return device_id
 
     def binding(self, caller: TuyaCaller, bind_role_type: Any, role_id: Any) -> Binding:
         if bind_role_type is None or bind_role_type == "":
             raise param_empty("bind_role_type")
-        try:
-            kind = int(bind_role_type)
-        except (TypeError, ValueError, OverflowError):  # OverflowError: 1e999 parses as inf
-            raise param_illegal("bind_role_type", "must be 0, 1 or 2") from None
-        if kind not in (0, 1, 2):
+        # Exactly 0, 1 or 2: a JSON integer or the query string's digit (not 2.5, `true`, "２").
+        kinds = {0: 0, 1: 1, 2: 2, "0": 0, "1": 1, "2": 2}
+        if isinstance(bind_role_type, bool) or not isinstance(bind_role_type, int | str):
+            raise param_illegal("bind_role_type", "must be 0, 1 or 2")
+        kind = kinds.get(bind_role_type)
+        if kind is None:
             raise param_illegal("bind_role_type", "must be 0, 1 or 2")
         if kind == 2:
             return Binding(kind, None)
@@ -267,7 +269,7 @@ def _entry(binding: Binding, item: Any) -> Entry:
         raise param_illegal("memory_list", "items must be objects")
     key, value = item.get("memory_key"), item.get("memory_value")
     name, scope = item.get("memory_name") or key, item.get("effective_scope", GLOBAL)
-    if not isinstance(key, str) or not MEMORY_KEY.match(key):
+    if not isinstance(key, str) or not MEMORY_KEY.fullmatch(key):
         raise param_illegal("memory_key", "must be 1-100 letters, digits or ._:-")
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_VALUE:
         raise param_illegal("memory_value", f"must be 1-{MAX_VALUE} characters")

@@ -42,10 +42,28 @@ def integrity(path: Path) -> str:
         conn.close()
 
 
+DATABASE_FILES = ("", "-wal", "-shm", "-journal", ".searches", ".searches-wal", ".searches-shm")
+"""A SQLite database's own files: itself, its journals, its kept search answers and theirs."""
+
+
+def _is_the_database(out: Path, source: Path) -> bool:
+    """Whether `out` names `source` or one of its files (by path, or by inode: a link)."""
+    mine = [source.with_name(source.name + suffix) for suffix in DATABASE_FILES]
+    if out.resolve() in {path.resolve() for path in mine}:
+        return True
+    return out.exists() and any(path.exists() and os.path.samefile(out, path) for path in mine)
+
+
 def backup_sqlite(source: Path, out: Path) -> dict[str, object]:
     """Copy `source` into `out` (written beside it, then renamed once verified)."""
     if not source.exists():
         raise BackupFailed(f"No database file at {source}")
+    if _is_the_database(out, source):
+        raise BackupFailed(
+            "The backup would replace the database it copies (or one of its own files): "
+            "choose another --out",
+            {"out": str(out)},
+        )
     partial = out.with_name(out.name + ".partial")
     partial.unlink(missing_ok=True)
     src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)

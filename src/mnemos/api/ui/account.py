@@ -196,13 +196,11 @@ def delete_agent(
 @router.get("/me")
 def about_me(
     done: str | None = Query(None),
-    n: str | None = Query(None),
     who: SignedIn = Depends(signed_in),
     svc: Services = Depends(services),
 ) -> Response:
-    notice = None
-    if done == "erased" and n is not None and n.isdigit():
-        notice = f"Erased {n} {'memory' if n == '1' else 'memories'} about you."
+    # A fixed text: a number in the link would be the link's, not the erasure's.
+    notice = "Every memory about you was erased." if done == "erased" else None
     return page(
         "about.html",
         who=who,
@@ -254,5 +252,5 @@ async def erase(
     svc: Services = Depends(services),
     threads: CapacityLimiter = Depends(rights_threads),
 ) -> Response:
-    erased = await to_thread.run_sync(rights.erase_about, svc, form.who.ctx, limiter=threads)
-    return redirect(with_notice("/ui/me", "erased", n=erased))
+    await to_thread.run_sync(rights.erase_about, svc, form.who.ctx, limiter=threads)
+    return redirect(with_notice("/ui/me", "erased"))

@@ -21,7 +21,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
-from mnemos.api.access import count_request
+from mnemos.api.access import SESSION_COOKIE, count_address, count_request, counted_by_page
 from mnemos.api.deps import Services, services, user_identity
 from mnemos.domain.models import UserContext
 from mnemos.domain.sessions import Session, check_csrf
@@ -29,7 +29,7 @@ from mnemos.errors import MnemosError, SessionExpired, Unauthorized, ValidationF
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
-COOKIE = "mnemos_session"
+COOKIE = SESSION_COOKIE
 COOKIE_PATH = "/ui"
 HOME = "/ui/"
 MAX_FORM_FIELDS = 20
@@ -210,6 +210,16 @@ def error_page(exc: MnemosError, who: SignedIn | None = None) -> HTMLResponse:
     )
 
 
+def _holds_a_person(request: Request) -> bool:
+    """Whether the request's cookie holds a signed-in session (`signed_in` then counts the
+    request against the person)."""
+    svc: Services = request.app.state.services
+    try:
+        return cookie_session(request, svc).user_id is not None
+    except Unauthorized:  # SessionExpired too
+        return False
+
+
 class UiRoute(APIRoute):
     """Answers every page with the security headers; a missing or expired session goes to the
     sign-in page (saying which), any other refusal is a page with its status and message."""
@@ -219,6 +229,10 @@ class UiRoute(APIRoute):
 
         async def handler(request: Request) -> Response:
             try:
+                if counted_by_page(request.scope) and not await run_in_threadpool(
+                    _holds_a_person, request
+                ):
+                    await count_address(request)  # the middleware left it to the page
                 response = await original(request)
             except SessionExpired:
                 response = redirect("/ui/signin?reason=expired")
