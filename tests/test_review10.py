@@ -68,11 +68,6 @@ def test_backup_onto_the_database_itself_is_refused(world: World, database_url: 
 # --- 2. `mnemos import --merge` grafts rows onto the target's own principals -----------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: with --merge a file's api_keys row naming a person the target holds (and "
-    "the file does not) is imported: the file's author gets a working key for that person",
-)
 def test_merge_refuses_a_key_for_a_person_the_file_does_not_bring(
     store: Store, world: World, database_url: str
 ) -> None:
@@ -202,11 +197,6 @@ def _empty_sqlite(tmp_path: Path) -> str:
     return target
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: import into SQLite keeps a memory whose content holds NUL, which every "
-    "API refuses (text rule) and PostgreSQL cannot store: the export no longer moves",
-)
 def test_import_refuses_content_the_api_would_refuse(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:
@@ -216,12 +206,6 @@ def test_import_refuses_content_the_api_would_refuse(
         import_database(_empty_sqlite(tmp_path), doctored)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review10: import checks each value's type but not the tenant rule "
-    "(domain/tenants.py): an organization memory whose tenant_id is not its organization is "
-    "kept as the file says",
-)
 def test_import_refuses_a_memory_filed_under_another_tenant(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:

@@ -7,6 +7,7 @@ through SQLAlchemy, and rows whose key exists are skipped and counted.
 from __future__ import annotations
 
 import gc
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from sqlalchemy.engine import Connection
 
 from mnemos.domain.tenants import UNKNOWN
 from mnemos.storage.schema import MEMORY_SIDE, metadata
+from mnemos.storage.sql_base import EVERY_TENANT
 from mnemos.storage.transfer import (
     BATCH_ROWS,
     MERGE_KEYS,
@@ -163,11 +165,12 @@ def import_database(
                     {"tables": occupied},
                 )
             if merge:
-                targets, old = _load(conn, stream, summary, progress, None)
+                held = held_before(conn)
+                targets, old = _load(conn, stream, summary, progress, None, held)
             else:
                 names = [str(table.name) for table in exported_tables()]
                 with bulk_load(conn, names) as loader, _collector_paused():
-                    targets, old = _load(conn, stream, summary, progress, loader)
+                    targets, old = _load(conn, stream, summary, progress, loader, {})
             _after_import(conn, targets.values(), old)
     finally:
         engine.dispose()
@@ -194,10 +197,12 @@ def _load(
     summary: Summary,
     progress: Progress,
     loader: Loader | None,
+    held: Held,
 ) -> tuple[dict[str, _Target], bool]:
     """Every row of the file into its table, a batch at a time: through `loader` into an empty
-    database, else merged (`loader` None). True with them if a row came without its tenant (a
-    file from before revision 0018)."""
+    database, else merged (`loader` None; `held`: what the target held before, which the file's
+    new rows may not belong to). True with them if a row came without its tenant (a file from
+    before revision 0018)."""
     targets: dict[str, _Target] = {}
     batch: list[dict[str, Any]] = []
     current: str | None = None
@@ -210,7 +215,7 @@ def _load(
             old = True
         if name != current or len(batch) >= size:
             if current is not None:
-                _flush(conn, targets[current], batch, first, summary, loader)
+                _flush(conn, targets[current], batch, first, summary, loader, held)
             if loader is not None and name != current:
                 loader.finish()  # the table's last rows are in (the next may replace rows)
             if name not in targets:
@@ -218,7 +223,7 @@ def _load(
             current, batch, first = name, [], number
         batch.append(row)
     if current is not None:
-        _flush(conn, targets[current], batch, first, summary, loader)
+        _flush(conn, targets[current], batch, first, summary, loader, held)
     return targets, old
 
 
@@ -233,6 +238,7 @@ def _flush(
     first_line: int,
     summary: Summary,
     loader: Loader | None,
+    held: Held,
 ) -> None:
     if not batch:
         return
@@ -250,6 +256,7 @@ def _flush(
     # The values are checked as the fast path checks them (the same refusals, naming the line),
     # and what the database refuses is the import's refusal too.
     tuples(target.table, batch, first_line, conn.dialect)
+    _refuse_grafts(conn, target.table, batch, first_line, held)
     before = _count(conn, target.table)
     rows = _not_held(conn, target.table, target.rows(batch))
     if rows:
@@ -260,6 +267,83 @@ def _flush(
     written = _count(conn, target.table) - before
     summary.skipped[name] = summary.skipped.get(name, 0) + len(batch) - written
     summary.rows[name] = summary.rows.get(name, 0) + written
+
+
+GRAFTS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
+    "users": (("id",), "organization_id", ("organizations",)),
+    "agents": (("id",), "owner_id", ("users",)),
+    "api_keys": (("key_hash",), "principal_id", ("users", "agents")),
+    "chat_rooms": (("id",), "owner_id", ("users", "agents")),
+    "chat_participants": (("chat_room_id", "participant_id"), "chat_room_id", ("chat_rooms",)),
+    "tuya_projects": (("client_id",), "organization_id", ("organizations",)),
+    "tuya_roles": (("organization_id", "role_id"), "organization_id", ("organizations",)),
+}
+"""With --merge, a new row of these tables (its own key, the column naming what it belongs
+to, the tables that could hold that) must not belong to anything the target already held: a
+merge never grants access to what the target held. A file could otherwise give its author a
+key of a person the target holds, an agent or a member in one of its organizations, a seat in
+one of its rooms, or a Tuya project or role there (`_refuse_grafts`). Memories may still be
+merged into the target's tenants (a newer export of the same organization brings its new
+memories): they grant nobody access."""
+
+
+Held = dict[str, set[Any]]
+"""The ids of the tables rows can belong to (`GRAFTS`), as the target held them before."""
+
+
+def held_before(conn: Connection) -> Held:
+    """What the target holds that a merge may not add to (read before the first row goes in)."""
+    names = {name for _, _, parents in GRAFTS.values() for name in parents}
+    return {
+        name: set(conn.execute(sa.select(metadata.tables[name].c.id)).scalars())
+        for name in sorted(names)
+    }
+
+
+def _refuse_grafts(
+    conn: Connection, table: sa.Table, batch: list[dict[str, Any]], first_line: int, held: Held
+) -> None:
+    """With --merge: refuse a batch holding a new row (its own key not held) that belongs to
+    a row the target held before this import (`GRAFTS`)."""
+    graft = GRAFTS.get(str(table.name))
+    if graft is None:
+        return
+    own, parent, parents = graft
+    before = set().union(*(held[name] for name in parents))
+    suspects = [
+        (offset, row) for offset, row in enumerate(batch) if _key(row.get(parent)) in before
+    ]
+    if not suspects:
+        return
+    key_columns = [table.c[name] for name in own]
+    kept = set(
+        map(
+            tuple,
+            conn.execute(
+                sa.select(*key_columns).where(
+                    key_columns[0].in_({_key(row.get(own[0])) for _, row in suspects})
+                )
+            ),
+        )
+    )
+    for offset, row in suspects:
+        if tuple(_key(row.get(name)) for name in own) not in kept:
+            raise TransferError(
+                f"Line {first_line + offset}: with --merge a new {table.name} row may not "
+                f"belong to what the target already held ({parent} {row.get(parent)}); "
+                "nothing imported",
+                {"line": first_line + offset, "table": str(table.name), "column": parent},
+            )
+
+
+def _key(value: Any) -> Any:
+    """A file's key as the database gives it back (UUIDs as `uuid.UUID`)."""
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _not_held(
@@ -311,12 +395,34 @@ def _name_tenants(conn: Connection) -> None:
     conn.execute(sa.text(SUBJECT_TENANTS))
 
 
+MISFILED = (
+    f"SELECT {EVERY_TENANT} id FROM memories "
+    "WHERE organization_id IS NOT NULL AND tenant_id <> organization_id LIMIT 1"
+)
+"""An organization's memory filed under another tenant (`domain/tenants.py`: an organization's
+memories are its own tenant's); a person's are the person's or their agents' organization's,
+which a row alone does not say."""
+
+
+def _check_tenants(conn: Connection) -> None:
+    """Refuse a file that files a memory under a tenant the rule does not give it: every read
+    is scoped by tenant, so such a row would be invisible to its organization and within reach
+    of another's requests."""
+    misfiled = conn.execute(sa.text(MISFILED)).scalar()
+    if misfiled is not None:
+        raise TransferError(
+            "A memory of an organization is filed under another tenant; nothing imported",
+            {"table": "memories", "id": str(misfiled)},
+        )
+
+
 def _after_import(conn: Connection, targets: Iterable[_Target], old: bool) -> None:
     """The tenants of rows from a file written before them (`old`: a row came without one); on
     PostgreSQL, each serial key's sequence moved past the rows the file brought."""
     targets = list(targets)
     if old:
         _name_tenants(conn)
+    _check_tenants(conn)
     if conn.dialect.name != "postgresql":
         return
     for target in targets:

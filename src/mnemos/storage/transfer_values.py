@@ -107,9 +107,28 @@ def _json_step(kind: sa.JSON) -> Step:
             return None
         if not isinstance(value, dict):
             raise TypeError("not a JSON object")
+        if _holds_nul(value):  # PostgreSQL's jsonb refuses it, as the API does
+            raise ValueError("NUL in a JSON value")
         return dumps(value).decode()
 
     return text
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a JSON value holds NUL in a string or a key, at any depth (iteratively: a file
+    may nest as deep as its parser allows)."""
+    waiting = [value]
+    while waiting:
+        item = waiting.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            waiting.extend(item.keys())
+            waiting.extend(item.values())
+        elif isinstance(item, list):
+            waiting.extend(item)
+    return False
 
 
 def _uuid_step(backend: str, general: Step | None) -> Step:
@@ -232,12 +251,21 @@ def tuples(
             done = shortcut(values) if shortcut is not None else None
             if done is None and step is not None:
                 done = tuple(map(step, values))
-            elif done is None and not _accepted(column).issuperset(map(type, values)):
+            elif done is None and not _taken(column, values):
                 raise TypeError(key)
             columns[index] = values if done is None else done
         except (ValueError, TypeError, AttributeError, ArithmeticError):
             _refuse_value(table, key, values, step or _type_check(column), first_line)
     return keys, list(zip(*columns, strict=True))
+
+
+def _taken(column: sa.Column[Any], values: tuple[Any, ...]) -> bool:
+    """Whether `values` may go into `column` as they are: of its JSON types, and text without
+    NUL (every API refuses it, PostgreSQL cannot store it: a SQLite file holding it would
+    not move)."""
+    if not _accepted(column).issuperset(map(type, values)):
+        return False
+    return python_type(column) is not str or not any("\x00" in v for v in values if v)
 
 
 def _accepted(column: sa.Column[Any]) -> frozenset[type]:
@@ -249,7 +277,7 @@ def _type_check(column: sa.Column[Any]) -> Step:
     accepted = _accepted(column)
 
     def check(value: Any) -> Any:
-        if type(value) not in accepted:
+        if type(value) not in accepted or (type(value) is str and "\x00" in value):
             raise TypeError(value)
         return value
 
