@@ -1,8 +1,8 @@
 """Findings of the hostile live review "review10" (2026-12-05), each reproduced through the app
 or the real command line, on both backends where the finding applies.
 
-Each test is a strict xfail: it fails on the code it was written against, for the reason it
-states; fixing the finding makes it pass (then drop the mark).
+Each test failed on the code it was written against (a strict xfail then) and passes since its
+finding was fixed (docs/decisions.md, "Second hostile review").
 """
 
 from __future__ import annotations

@@ -265,7 +265,7 @@ def _taken(column: sa.Column[Any], values: tuple[Any, ...]) -> bool:
     not move)."""
     if not _accepted(column).issuperset(map(type, values)):
         return False
-    return python_type(column) is not str or not any("\x00" in v for v in values if v)
+    return python_type(column) is not str or "\x00" not in "".join(filter(None, values))
 
 
 def _accepted(column: sa.Column[Any]) -> frozenset[type]:
