@@ -233,6 +233,23 @@ def test_anonymous_requests_do_not_lock_a_signed_in_person_out_of_the_page(
         assert page.status_code == 200, page.text
 
 
+def test_every_page_request_of_a_signed_in_person_counts_against_them(
+    settings: Settings, store: Store, world: World
+) -> None:
+    """Pages that do not read the person (the sign-in page, which sends a signed-in browser
+    home) count too: the page counts a request with a session cookie, not `signed_in`."""
+    limited = settings.model_copy(update={"rate_limit_per_minute": 10})
+    person = world.user("Ann", "acme")
+    with TestClient(create_app(limited, store)) as browser:
+        assert ui_sign_in(browser, person.api_key).status_code == 303
+        answers = [
+            browser.get("/ui/signin", follow_redirects=False).status_code for _ in range(12)
+        ]
+        assert answers[-1] == 429, answers
+        # ... against the person, not the address: the person's key is refused too.
+        assert browser.get("/api/v1/me/profile", headers=person.headers).status_code == 429
+
+
 # --- 6. the page shows a count the link wrote -------------------------------------------------
 
 

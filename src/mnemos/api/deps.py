@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -80,8 +81,13 @@ def agent_identity(ctx: AgentContext) -> str:
     return f"agent:{ctx.agent.id}"
 
 
+def person_identity(user_id: uuid.UUID) -> str:
+    """What a person's requests are counted against."""
+    return f"user:{user_id}"
+
+
 def user_identity(ctx: UserContext) -> str:
-    return f"user:{ctx.user.id}"
+    return person_identity(ctx.user.id)
 
 
 def caller_identity(ctx: AgentContext | UserContext) -> str:

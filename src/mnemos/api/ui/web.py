@@ -10,6 +10,7 @@ server refuses it once the session inside has expired, which is how the page can
 from __future__ import annotations
 
 import urllib.parse
+import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +22,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
-from mnemos.api.access import SESSION_COOKIE, count_address, count_request, counted_by_page
-from mnemos.api.deps import Services, services, user_identity
+from mnemos.api.access import (
+    CALLER_STATE,
+    SESSION_COOKIE,
+    count_address,
+    count_request,
+    counted_by_page,
+)
+from mnemos.api.deps import Services, person_identity, services, user_identity
 from mnemos.domain.models import UserContext
 from mnemos.domain.sessions import Session, check_csrf
 from mnemos.errors import MnemosError, SessionExpired, Unauthorized, ValidationFailed
@@ -139,14 +146,15 @@ class SignedIn:
 
 
 async def signed_in(request: Request, svc: Services = Depends(services)) -> SignedIn:
-    """The person this browser is signed in as; counted against their request limit."""
+    """The person this browser is signed in as (the page counted the request against them:
+    `UiRoute`)."""
 
     def resolve() -> SignedIn:
-        session = cookie_session(request, svc)
+        session = request.scope.get("state", {}).get(SESSION_STATE) or cookie_session(request, svc)
         return SignedIn(svc.sessions.person(session), session)
 
     who = await run_in_threadpool(resolve)
-    await count_request(request, user_identity(who.ctx))
+    request.scope.setdefault("state", {})[CALLER_STATE] = user_identity(who.ctx)
     svc.store.act_for(who.ctx.organization_id, who.ctx.user.id)
     return who
 
@@ -210,14 +218,31 @@ def error_page(exc: MnemosError, who: SignedIn | None = None) -> HTMLResponse:
     )
 
 
-def _holds_a_person(request: Request) -> bool:
-    """Whether the request's cookie holds a signed-in session (`signed_in` then counts the
-    request against the person)."""
+SESSION_STATE = "ui_session"  # the session the page read, for `signed_in`
+
+
+def _person_of_cookie(request: Request) -> uuid.UUID | None:
+    """The person whose signed-in session the request's cookie holds (kept for `signed_in`),
+    or None."""
     svc: Services = request.app.state.services
     try:
-        return cookie_session(request, svc).user_id is not None
+        session = cookie_session(request, svc)
     except Unauthorized:  # SessionExpired too
-        return False
+        return None
+    if session.user_id is not None:
+        request.scope.setdefault("state", {})[SESSION_STATE] = session
+    return session.user_id
+
+
+async def count_page_request(request: Request) -> None:
+    """Count a page request that carries a session cookie (`counted_by_page`): against the
+    person its signed-in session names, else against the address; `rate_limited` past the
+    limit."""
+    person = await run_in_threadpool(_person_of_cookie, request)
+    if person is None:
+        await count_address(request)
+    else:
+        await count_request(request, person_identity(person))
 
 
 class UiRoute(APIRoute):
@@ -229,10 +254,8 @@ class UiRoute(APIRoute):
 
         async def handler(request: Request) -> Response:
             try:
-                if counted_by_page(request.scope) and not await run_in_threadpool(
-                    _holds_a_person, request
-                ):
-                    await count_address(request)  # the middleware left it to the page
+                if counted_by_page(request.scope):  # the middleware left it to the page
+                    await count_page_request(request)
                 response = await original(request)
             except SessionExpired:
                 response = redirect("/ui/signin?reason=expired")
