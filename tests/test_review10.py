@@ -242,9 +242,7 @@ def test_every_page_request_of_a_signed_in_person_counts_against_them(
     person = world.user("Ann", "acme")
     with TestClient(create_app(limited, store)) as browser:
         assert ui_sign_in(browser, person.api_key).status_code == 303
-        answers = [
-            browser.get("/ui/signin", follow_redirects=False).status_code for _ in range(12)
-        ]
+        answers = [browser.get("/ui/signin", follow_redirects=False).status_code for _ in range(12)]
         assert answers[-1] == 429, answers
         # ... against the person, not the address: the person's key is refused too.
         assert browser.get("/api/v1/me/profile", headers=person.headers).status_code == 429
