@@ -248,6 +248,20 @@ def test_every_page_request_of_a_signed_in_person_counts_against_them(
         assert browser.get("/api/v1/me/profile", headers=person.headers).status_code == 429
 
 
+def test_a_cookie_does_not_spare_a_request_no_page_serves_from_the_address_limit(
+    settings: Settings, store: Store
+) -> None:
+    """Only a page that counts its requests is left them by the middleware: a path or method
+    no page serves, with any cookie, is counted against the address as without one."""
+    limited = settings.model_copy(update={"rate_limit_per_minute": 10})
+    with TestClient(create_app(limited, store)) as browser:
+        browser.cookies.set("mnemos_session", "anything", path="/ui")
+        answers = [browser.get("/ui/no-such-page").status_code for _ in range(11)]
+        assert answers[:10] == [404] * 10 and answers[-1] == 429, answers
+        answers = [browser.put("/ui/me").status_code for _ in range(2)]
+        assert answers == [429, 429], answers
+
+
 # --- 6. the page shows a count the link wrote -------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
+from starlette.routing import Match
 from starlette.types import Scope
 
 from mnemos.errors import MnemosError, RateLimited, Unauthorized
@@ -41,18 +42,19 @@ def _refused(retry_after: int, message: str | None = None) -> MnemosError:
 
 
 def counted_by_page(scope: Scope) -> bool:
-    """Whether a request is a page's that carries a session cookie: the page counts it
-    (`count_page_request`), against the person when the cookie holds a signed-in session,
-    not `AccessMiddleware` against the address: anonymous requests from a shared address
-    (behind NAT) must not lock a signed-in person out of the page while the API takes their
-    key. Static files are counted against the address as before."""
-    path: str = scope["path"]
-    if path.startswith("/ui/static/") or not (path == "/ui" or path.startswith("/ui/")):
-        return False
+    """Whether a request carries a session cookie and goes to a page that counts it (one of
+    the app's `state.page_routes`; `ui.web.count_page_request`): against the person when the
+    cookie holds a signed-in session, not by `AccessMiddleware` against the address, so that
+    anonymous requests from a shared address (behind NAT) do not lock a signed-in person out of
+    the page while the API takes their key. Any other request (a static file, a path or method
+    no page serves) is counted against the address as before."""
     marker = (SESSION_COOKIE + "=").encode()
-    return any(
+    if not any(
         name.lower() == b"cookie" and marker in value for name, value in scope.get("headers", [])
-    )
+    ):
+        return False
+    routes = getattr(getattr(scope.get("app"), "state", None), "page_routes", ())
+    return any(route.matches(scope)[0] is Match.FULL for route in routes)
 
 
 async def count_address(request: Request) -> None:

@@ -18,6 +18,8 @@ def install_ui(app: FastAPI) -> None:
     """Serve the web page and its assets from this app."""
     app.include_router(account.router)
     app.include_router(memories.router)
+    # The pages that count the requests carrying a session cookie (`access.counted_by_page`).
+    app.state.page_routes = [*account.router.routes, *memories.router.routes]
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
 
     @app.get("/ui", include_in_schema=False)

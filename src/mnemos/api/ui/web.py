@@ -247,7 +247,8 @@ async def count_page_request(request: Request) -> None:
 
 class UiRoute(APIRoute):
     """Answers every page with the security headers; a missing or expired session goes to the
-    sign-in page (saying which), any other refusal is a page with its status and message."""
+    sign-in page (saying which), any other refusal is a page with its status and message. A
+    request with a session cookie is counted here, before the page runs (`counted_by_page`)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         original = super().get_route_handler()
