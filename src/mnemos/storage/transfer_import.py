@@ -7,7 +7,6 @@ through SQLAlchemy, and rows whose key exists are skipped and counted.
 from __future__ import annotations
 
 import gc
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -256,9 +255,10 @@ def _flush(
     # The values are checked as the fast path checks them (the same refusals, naming the line),
     # and what the database refuses is the import's refusal too.
     tuples(target.table, batch, first_line, conn.dialect)
-    _refuse_grafts(conn, target.table, batch, first_line, held)
+    rows = target.rows(batch)
+    _refuse_grafts(conn, target.table, rows, first_line, held)
     before = _count(conn, target.table)
-    rows = _not_held(conn, target.table, target.rows(batch))
+    rows = _not_held(conn, target.table, rows)
     if rows:
         try:
             conn.execute(target.statement, rows)
@@ -301,33 +301,21 @@ def held_before(conn: Connection) -> Held:
 
 
 def _refuse_grafts(
-    conn: Connection, table: sa.Table, batch: list[dict[str, Any]], first_line: int, held: Held
+    conn: Connection, table: sa.Table, rows: list[dict[str, Any]], first_line: int, held: Held
 ) -> None:
-    """With --merge: refuse a batch holding a new row (its own key not held) that belongs to
-    a row the target held before this import (`GRAFTS`)."""
+    """With --merge: refuse a batch (its rows decoded) holding a new row (its own key not held)
+    that belongs to a row the target held before this import (`GRAFTS`)."""
     graft = GRAFTS.get(str(table.name))
     if graft is None:
         return
     own, parent, parents = graft
     before = set().union(*(held[name] for name in parents))
-    suspects = [
-        (offset, row) for offset, row in enumerate(batch) if _key(row.get(parent)) in before
-    ]
+    suspects = [(offset, row) for offset, row in enumerate(rows) if row.get(parent) in before]
     if not suspects:
         return
-    key_columns = [table.c[name] for name in own]
-    kept = set(
-        map(
-            tuple,
-            conn.execute(
-                sa.select(*key_columns).where(
-                    key_columns[0].in_({_key(row.get(own[0])) for _, row in suspects})
-                )
-            ),
-        )
-    )
+    kept = _held_keys(conn, table, own, [row for _, row in suspects])
     for offset, row in suspects:
-        if tuple(_key(row.get(name)) for name in own) not in kept:
+        if tuple(row[name] for name in own) not in kept:
             raise TransferError(
                 f"Line {first_line + offset}: with --merge a new {table.name} row may not "
                 f"belong to what the target already held ({parent} {row.get(parent)}); "
@@ -336,14 +324,14 @@ def _refuse_grafts(
             )
 
 
-def _key(value: Any) -> Any:
-    """A file's key as the database gives it back (UUIDs as `uuid.UUID`)."""
-    if isinstance(value, str):
-        try:
-            return uuid.UUID(value)
-        except ValueError:
-            return value
-    return value
+def _held_keys(
+    conn: Connection, table: sa.Table, names: tuple[str, ...], rows: list[dict[str, Any]]
+) -> set[tuple[Any, ...]]:
+    """The values of the columns `names` that the target holds among `rows`' own (looked up
+    by the first of them)."""
+    columns = [table.c[name] for name in names]
+    firsts = {row[names[0]] for row in rows}
+    return set(map(tuple, conn.execute(sa.select(*columns).where(columns[0].in_(firsts)))))
 
 
 def _not_held(
@@ -354,9 +342,7 @@ def _not_held(
     natural = MERGE_KEYS.get(str(table.name))
     if natural is None or not rows:
         return rows
-    columns = [table.c[name] for name in natural]
-    firsts = {row[natural[0]] for row in rows}
-    held = set(map(tuple, conn.execute(sa.select(*columns).where(columns[0].in_(firsts)))))
+    held = _held_keys(conn, table, natural, rows)
     return [row for row in rows if tuple(row[name] for name in natural) not in held]
 
 
