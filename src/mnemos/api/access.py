@@ -48,13 +48,23 @@ def counted_by_page(scope: Scope) -> bool:
     anonymous requests from a shared address (behind NAT) do not lock a signed-in person out of
     the page while the API takes their key. Any other request (a static file, a path or method
     no page serves) is counted against the address as before."""
-    marker = (SESSION_COOKIE + "=").encode()
-    if not any(
-        name.lower() == b"cookie" and marker in value for name, value in scope.get("headers", [])
-    ):
+    if not has_session_cookie(scope):
         return False
     routes = getattr(getattr(scope.get("app"), "state", None), "page_routes", ())
     return any(route.matches(scope)[0] is Match.FULL for route in routes)
+
+
+def has_session_cookie(scope: Scope) -> bool:
+    """Whether the request carries a cookie named as the page's session (valid or not)."""
+    marker = (SESSION_COOKIE + "=").encode()
+    return any(
+        name.lower() == b"cookie" and marker in value for name, value in scope.get("headers", [])
+    )
+
+
+def address_identity(scope: Scope) -> str:
+    """What a request without a credential is counted against: its client address."""
+    return f"ip:{client_address(scope)}"
 
 
 async def count_address(request: Request) -> None:
@@ -63,7 +73,7 @@ async def count_address(request: Request) -> None:
     limiter = limiters(request).requests
     if limiter is None:
         return
-    verdict = await limiter.check(f"ip:{client_address(request.scope)}")
+    verdict = await limiter.check(address_identity(request.scope))
     request.scope.setdefault("state", {})[RATE_LIMIT_STATE] = verdict
     if not verdict.allowed:
         raise RateLimited(verdict.retry_after)

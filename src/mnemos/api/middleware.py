@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mnemos.api.access import RATE_LIMIT_STATE, client_address, counted_by_page
+from mnemos.api.access import RATE_LIMIT_STATE, address_identity, counted_by_page
 from mnemos.api.tuya import envelope
 from mnemos.domain.history import REQUEST_ID, REQUEST_ID_LENGTH
 from mnemos.errors import PayloadTooLarge
@@ -245,7 +245,7 @@ class AccessMiddleware:
             and scope["path"] not in self.exempt
             and not counted_by_page(scope)
         ):
-            verdict = await self.limiter.check(f"ip:{client_address(scope)}")
+            verdict = await self.limiter.check(address_identity(scope))
             state[RATE_LIMIT_STATE] = verdict
             if not verdict.allowed:
                 await self._too_many(scope, receive, send, verdict)

@@ -27,7 +27,7 @@ from mnemos.api.access import (
     SESSION_COOKIE,
     count_address,
     count_request,
-    counted_by_page,
+    has_session_cookie,
 )
 from mnemos.api.deps import Services, person_identity, services, user_identity
 from mnemos.domain.models import UserContext
@@ -235,7 +235,7 @@ def _person_of_cookie(request: Request) -> uuid.UUID | None:
 
 
 async def count_page_request(request: Request) -> None:
-    """Count a page request that carries a session cookie (`counted_by_page`): against the
+    """Count a page request that carries a session cookie (`has_session_cookie`): against the
     person its signed-in session names, else against the address; `rate_limited` past the
     limit."""
     person = await run_in_threadpool(_person_of_cookie, request)
@@ -255,7 +255,9 @@ class UiRoute(APIRoute):
 
         async def handler(request: Request) -> Response:
             try:
-                if counted_by_page(request.scope):  # the middleware left it to the page
+                # The middleware left a request with a session cookie to the page (this route
+                # is one: `counted_by_page`), so only the cookie needs checking here.
+                if has_session_cookie(request.scope):
                     await count_page_request(request)
                 response = await original(request)
             except SessionExpired:
