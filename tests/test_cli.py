@@ -77,9 +77,57 @@ def test_bootstrap_and_stored_state(tmp_path: Path) -> None:
     ],
 )
 def test_refusals_exit_nonzero_with_a_json_error(tmp_path: Path, args: tuple[str, ...]) -> None:
+    ok(tmp_path / "cli.db", "migrate")
     done = run(tmp_path / "cli.db", *args)
     assert done.returncode == 1 and done.stdout == ""
     assert json.loads(done.stderr)["error"]["code"] in {"not_found", "validation_failed"}
+
+
+SOMEONE = str(uuid.uuid4())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("admin", "erase-subject", "--user", SOMEONE, "--yes"),
+        ("admin", "export-subject", "--user", SOMEONE, "--out", "{tmp}/out.ndjson"),
+        ("admin", "rotate-key", "--user", SOMEONE),
+        ("admin", "revoke-tokens", "--user", SOMEONE),
+        ("admin", "set-retention", "--org", SOMEONE, "--system", "working", "--days", "3"),
+        ("admin", "set-plan", "--org", SOMEONE, "--memory", "off"),
+        ("export", "--out", "{tmp}/all.ndjson"),
+        ("mcp", "--api-key", "mn_agent_x"),
+    ],
+)
+def test_a_command_on_a_database_that_is_not_there_creates_none(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """A mistyped SQLite path is refused, not made into an empty database that an erasure of
+    0 memories or an empty export then reports on as if it were the real one."""
+    mistyped = tmp_path / "mnemos.bd"
+    done = run(mistyped, *(arg.replace("{tmp}", str(tmp_path)) for arg in args))
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    error = json.loads(done.stderr.strip().splitlines()[-1])["error"]
+    assert error["code"] == "database_missing" and str(mistyped) in error["message"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_doctor_reports_a_database_that_is_not_there_without_creating_it(tmp_path: Path) -> None:
+    done = run(tmp_path / "mnemos.bd", "doctor", "--json")
+    assert done.returncode == 1
+    found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    assert found["database"]["level"] == "problem" and "no database" in found["database"]["detail"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_of_a_database_without_the_schema_is_a_clear_refusal(tmp_path: Path) -> None:
+    import sqlite3
+
+    sqlite3.connect(tmp_path / "other.db").execute("CREATE TABLE t (x)").connection.close()
+    done = run(tmp_path / "other.db", "export", "--out", str(tmp_path / "all.ndjson"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert json.loads(done.stderr)["error"]["code"] == "transfer_refused"
+    assert not (tmp_path / "all.ndjson").exists()
 
 
 def test_usage_errors(tmp_path: Path) -> None:

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
+from mnemos.cli_ops import refusals, register
 from mnemos.config import Settings, load_settings
 from mnemos.domain import accounts
 from mnemos.domain.tuya import ROLE_ID
 from mnemos.domain.tuya_auth import new_project_credentials
-from mnemos.errors import MnemosError, NotFound, invalid_field
-from mnemos.storage import check_settings, open_store
+from mnemos.errors import NotFound, invalid_field
+from mnemos.storage import check_settings, open_store, require_database
 from mnemos.storage import migrate as run_migrations
 from mnemos.storage.base import Store
 
@@ -40,17 +41,19 @@ def _emit(payload: dict[str, Any]) -> None:
 
 
 @contextmanager
-def _admin_store(database_url: str | None) -> Iterator[Store]:
+def _admin_store(database_url: str | None, *, create: bool = False) -> Iterator[Store]:
+    """The store an operator's command works on, migrated; a database that is not there is
+    refused unless the command `create`s one (bootstrapping: `admin create-org`)."""
     settings = load_settings(database_url=database_url)
-    run_migrations(settings)
-    store = open_store(settings)
-    try:
-        yield store
-    except MnemosError as exc:
-        click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message}}), err=True)
-        sys.exit(1)
-    finally:
-        store.close()
+    with refusals():
+        if not create:
+            require_database(settings)
+        run_migrations(settings)
+        store = open_store(settings)
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 def _uuid(_ctx: click.Context, param: click.Parameter, value: str | None) -> uuid.UUID | None:
@@ -128,13 +131,11 @@ def mcp_stdio(api_key: str, log_level: str, database_url: str | None) -> None:
     from mnemos.mcp.stdio import serve_stdio
 
     settings = load_settings(database_url=database_url)
-    with contextlib.redirect_stdout(sys.stderr):  # stdout carries protocol messages only
-        run_migrations(settings)
-    try:
+    with refusals():
+        require_database(settings)
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries protocol messages only
+            run_migrations(settings)
         serve_stdio(settings, api_key)
-    except MnemosError as exc:
-        click.echo(json.dumps({"error": {"code": exc.code, "message": exc.message}}), err=True)
-        sys.exit(1)
 
 
 def _redacted(settings: Settings) -> str:
@@ -186,8 +187,8 @@ def _admin_command(fn: Callable[..., None]) -> Callable[..., None]:
 @_admin_command
 @click.option("--name", required=True)
 def create_org(name: str, database_url: str | None) -> None:
-    """Create an organization."""
-    with _admin_store(database_url) as store:
+    """Create an organization (in a new database, too: the first command of a deployment)."""
+    with _admin_store(database_url, create=True) as store:
         org = accounts.create_organization(store, name)
         _emit({"id": str(org.id)})
 
@@ -197,8 +198,9 @@ def create_org(name: str, database_url: str | None) -> None:
 @click.option("--email", required=True)
 @click.option("--org", "org_id", callback=_uuid, default=None)
 def create_user(name: str, email: str, org_id: uuid.UUID | None, database_url: str | None) -> None:
-    """Create a person (optionally in an organization); prints their API key once."""
-    with _admin_store(database_url) as store:
+    """Create a person (optionally in an organization; in a new database, too, for a
+    deployment of people without one); prints their API key once."""
+    with _admin_store(database_url, create=True) as store:
         issued = accounts.create_user(store, name, email, org_id)
         _emit({"id": str(issued.user.id), "api_key": issued.api_key})
 
@@ -381,7 +383,4 @@ def set_retention(org_id: uuid.UUID, system: str, days: int, database_url: str |
         _emit({"org": str(org_id), "system": policy.system.value, "days": policy.days})
 
 
-# export, import, backup, doctor (docs/operations.md)
-from mnemos.cli_ops import register  # noqa: E402 - they share this module's options
-
-register(main, database_option)
+register(main, database_option)  # export, import, backup, doctor (docs/operations.md)

@@ -22,7 +22,7 @@ from alembic.util.exc import CommandError
 
 from mnemos.config import load_settings
 from mnemos.errors import CannotWrite, MnemosError
-from mnemos.storage import alembic_config
+from mnemos.storage import alembic_config, require_database
 from mnemos.storage import migrate as run_migrations
 
 progress_option = click.option(
@@ -37,7 +37,7 @@ def _emit(payload: dict[str, Any]) -> None:
 
 
 @contextmanager
-def _refusals() -> Iterator[None]:
+def refusals() -> Iterator[None]:
     try:
         yield
     except MnemosError as exc:
@@ -122,10 +122,13 @@ def export(out: Path, progress: bool | None, database_url: str | None) -> None:
     """Write the whole database as versioned NDJSON (one consistent snapshot)."""
     from mnemos.storage.transfer import export_database
 
-    url = _url(database_url)
+    settings = load_settings(database_url=database_url)
+    url = settings.resolved_database_url()
     started = time.perf_counter()
     totals: dict[str, int] = {}
-    with _refusals(), whole_file(out) as file, _bar(progress, "rows", None) as bar:
+    with refusals():
+        require_database(settings)
+    with refusals(), whole_file(out) as file, _bar(progress, "rows", None) as bar:
 
         def step(rows: int) -> None:
             if bar.total is None:  # the tables were counted before the first rows came
@@ -153,7 +156,7 @@ def import_(file: Path, merge: bool, progress: bool | None, database_url: str | 
     settings = load_settings(database_url=database_url)
     url = settings.resolved_database_url()
     started = time.perf_counter()
-    with _refusals():
+    with refusals():
         with file.open("rb") as handle:
             found = check_header(handle.readline())
         _check_revision(url, found.get("revision"))
@@ -174,7 +177,7 @@ def backup(out: Path, database_url: str | None) -> None:
     For PostgreSQL use pg_dump (docs/operations.md)."""
     from mnemos.storage.backup import BackupFailed, backup_sqlite, sqlite_path
 
-    with _refusals():
+    with refusals():
         path = sqlite_path(_url(database_url))
         if path is None:
             raise BackupFailed(

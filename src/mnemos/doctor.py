@@ -56,6 +56,9 @@ def examine(**overrides: Any) -> list[Finding]:
     except (ValidationError, ValueError) as exc:
         return [Finding("configuration", "problem", str(exc).replace("\n", " "))]
     findings = [_configuration(settings)]
+    if not backend(url).exists(url):  # connecting would create it
+        findings.append(Finding("database", "problem", f"no database at {_redacted(url)}"))
+        return findings
     engine = sa.create_engine(backend(url).migration_url(url))
     try:
         with engine.connect() as conn:

@@ -154,6 +154,13 @@ class CannotWrite(MnemosError):
     status, code, default_message = 500, "cannot_write", "The output file cannot be written"
 
 
+class DatabaseMissing(MnemosError):
+    """An operator's command named a database that does not exist (a mistyped SQLite path):
+    only `serve`, `migrate`, `import`, `admin create-org` and `admin create-user` create one."""
+
+    status, code, default_message = 404, "database_missing", "No database at that address"
+
+
 class StorageUnavailable(MnemosError):
     status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
 

@@ -193,6 +193,48 @@ def test_seen_signatures_expire(store: Store) -> None:
     assert store.remember_tuya_signature("a" * 64, soon) is True  # the expired entry was dropped
 
 
+def test_a_project_granting_in_a_loop_holds_a_bounded_number_of_pairs(
+    client: TestClient, project: dict[str, Any], database_url: str
+) -> None:
+    """Each grant adds a pair that lives 30 days; past `MAX_LIVE_PAIRS` the oldest pairs end,
+    so a project granting in a loop cannot grow the table without bound."""
+    from mnemos.domain.tuya_auth import MAX_LIVE_PAIRS
+
+    def grant() -> dict[str, Any]:
+        headers = signed(project, "GET", "/v1.0/token", {"grant_type": 1}, nonce=uuid.uuid4().hex)
+        answer = client.get("/v1.0/token", params={"grant_type": 1}, headers=headers).json()
+        assert answer["success"] is True, answer
+        result: dict[str, Any] = answer["result"]
+        return result
+
+    def usable(token: str) -> bool:
+        path = f"{DEVICES}/dev1/memory/switch"
+        headers = signed(project, "GET", path, token=token, nonce=uuid.uuid4().hex)
+        return bool(client.get(path, headers=headers).json()["success"])
+
+    first = grant()
+    pairs = [grant() for _ in range(MAX_LIVE_PAIRS)]
+    engine = sa.create_engine(driver_url(database_url))
+    try:
+        with engine.connect() as conn:
+            held = conn.execute(
+                sa.text("SELECT count(*) FROM tuya_tokens WHERE client_id = :c"),
+                {"c": project["client_id"]},
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert held == 2 * MAX_LIVE_PAIRS
+    assert not usable(first["access_token"])  # the oldest pair ended
+    assert usable(pairs[0]["access_token"]) and usable(pairs[-1]["access_token"])
+    refreshed = client.get(
+        f"/v1.0/token/{first['refresh_token']}",
+        headers=signed(
+            project, "GET", f"/v1.0/token/{first['refresh_token']}", nonce=uuid.uuid4().hex
+        ),
+    ).json()
+    assert (refreshed["success"], refreshed["code"]) == (False, 1011)  # token invalid
+
+
 # --- finding 10: one active value per key ----------------------------------------------------
 
 
@@ -314,3 +356,11 @@ def test_clear_all_removes_every_key_past_the_list_cap(
     assert cleared["success"] is True
     assert store.count_memories(tuya_query(caller, subject)) == 0
     assert tuya.call("GET", "dev1", {"bind_role_type": 2})["result"] == []
+
+
+def test_a_memory_name_that_is_not_a_string_is_refused_as_such(
+    client: TestClient, project: dict[str, Any]
+) -> None:
+    answer = Tuya(client, project).write("dev1", [{**entry("k", "v"), "memory_name": 5}])
+    assert (answer["success"], answer["code"]) == (False, 1109)
+    assert "must be a string" in answer["msg"]

@@ -401,8 +401,10 @@ class TuyaStore(Protocol):
         pair_id: uuid.UUID,
         tokens: dict[str, tuple[str, datetime]],
         replaces: uuid.UUID | None = None,
+        keep: int | None = None,
     ) -> None:
-        """Store an access/refresh pair (as hashes), dropping the pair it replaces."""
+        """Store an access/refresh pair (as hashes), dropping the pair it replaces and, past
+        `keep` pairs of the project, its oldest."""
 
     @abc.abstractmethod
     def tuya_token(self, token_hash: str, kind: str) -> tuple[str, uuid.UUID, datetime] | None: ...

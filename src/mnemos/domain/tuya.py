@@ -274,7 +274,7 @@ def _entry(binding: Binding, item: Any) -> Entry:
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_VALUE:
         raise param_illegal("memory_value", f"must be 1-{MAX_VALUE} characters")
     if not isinstance(name, str) or len(name) > 200:
-        raise param_illegal("memory_name", "must be at most 200 characters")
+        raise param_illegal("memory_name", "must be a string of at most 200 characters")
     _text("memory_value", value)
     _text("memory_name", name)
     # Exactly the integer: `true == 1` and `1.0 == 1` in Python, but neither is a scope.

@@ -28,6 +28,9 @@ from mnemos.errors import MnemosError
 ACCESS_TTL = 7200
 REFRESH_TTL = 30 * 24 * 3600
 MAX_SKEW_MS = 5 * 60 * 1000
+MAX_LIVE_PAIRS = 100
+"""Token pairs a project holds at once; a new grant past them ends the oldest pair (a project
+granting in a loop would otherwise add a pair a request for 30 days)."""
 # What a well-formed header can hold; anything else is refused before it reaches a parser or
 # the database (a 5,000-digit `t` would overflow `int()`, a non-ASCII `sign` `compare_digest`).
 TIMESTAMP = re.compile(r"[0-9]{1,13}")
@@ -165,6 +168,7 @@ class TuyaAuth:
                 "refresh": (_hash(refresh), now + timedelta(seconds=REFRESH_TTL)),
             },
             replaces=replaces,
+            keep=MAX_LIVE_PAIRS,
         )
         return {
             "access_token": access,

@@ -12,6 +12,7 @@ from alembic.config import Config
 from sqlalchemy.engine import make_url
 
 from mnemos.config import Settings
+from mnemos.errors import DatabaseMissing
 from mnemos.storage.base import Store
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "check_settings",
     "migrate",
     "open_store",
+    "require_database",
 ]
 
 
@@ -56,6 +58,11 @@ def _sqlite_directory(url: str) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
+def _sqlite_file_exists(url: str) -> bool:
+    path = make_url(url).database
+    return not path or path == ":memory:" or Path(path).exists()
+
+
 def _postgres_driver_url(url: str) -> str:
     from mnemos.storage.postgres import driver_url
 
@@ -68,6 +75,10 @@ def _as_given(url: str) -> str:
 
 def _nothing(url: str) -> None:  # noqa: ARG001 - the shape every `prepare` has
     return None
+
+
+def _answers_for_itself(url: str) -> bool:  # noqa: ARG001 - the shape every `exists` has
+    return True
 
 
 @dataclass(frozen=True)
@@ -83,9 +94,13 @@ class Backend:
     """The URL SQLAlchemy (and so Alembic) needs for a URL as users write it."""
     replicas: bool = False
     """Whether it can read from replicas (`MNEMOS_DATABASE_REPLICA_URLS`)."""
+    exists: Callable[[str], bool] = _answers_for_itself
+    """Whether the database is there, without creating it (a server refuses a missing one)."""
 
 
-SQLITE = Backend(open=_open_sqlite, worker_threads=2, prepare=_sqlite_directory)
+SQLITE = Backend(
+    open=_open_sqlite, worker_threads=2, prepare=_sqlite_directory, exists=_sqlite_file_exists
+)
 POSTGRES = Backend(
     open=_open_postgres, worker_threads=1, migration_url=_postgres_driver_url, replicas=True
 )
@@ -126,6 +141,19 @@ def open_store(settings: Settings) -> Store:
     check_settings(settings)
     url = settings.resolved_database_url()
     return backend(url).open(url, settings)
+
+
+def require_database(settings: Settings) -> None:
+    """Refuse to go on when the database is not there: an operator's command on a mistyped
+    SQLite path would otherwise create an empty database and report on it (an erasure of 0
+    memories, an empty export) as if it were the real one."""
+    url = settings.resolved_database_url()
+    if not backend(url).exists(url):
+        shown = make_url(url).render_as_string(hide_password=True)
+        raise DatabaseMissing(
+            f"No database at {shown}: check --database-url, MNEMOS_DATABASE_URL or "
+            "MNEMOS_DATA_DIR, or create it with `mnemos migrate`"
+        )
 
 
 def alembic_config(url: str) -> Config:

@@ -58,8 +58,10 @@ class TuyaSql(SqlBase):
         pair_id: uuid.UUID,
         tokens: dict[str, tuple[str, datetime]],
         replaces: uuid.UUID | None = None,
+        keep: int | None = None,
     ) -> None:
-        """Store a pair of token hashes (`{"access": (hash, expiry), "refresh": ...}`)."""
+        """Store a pair of token hashes (`{"access": (hash, expiry), "refresh": ...}`); past
+        `keep` pairs of the project, its pairs of the oldest refresh tokens are dropped."""
         with self._write(mark=False) as conn:
             if replaces is not None:
                 conn.execute(tuya_tokens.delete().where(T.pair_id == replaces))
@@ -73,6 +75,16 @@ class TuyaSql(SqlBase):
                         client_id=client_id,
                         expires_at=expires_at,
                     )
+                )
+            if keep is not None:
+                newest = (
+                    sa.select(T.pair_id)
+                    .where(T.client_id == client_id, T.kind == "refresh")
+                    .order_by(T.expires_at.desc(), T.pair_id.desc())
+                    .limit(keep)
+                )
+                conn.execute(
+                    tuya_tokens.delete().where(T.client_id == client_id, T.pair_id.not_in(newest))
                 )
 
     def tuya_token(self, token_hash: str, kind: str) -> tuple[str, uuid.UUID, datetime] | None:

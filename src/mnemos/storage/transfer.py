@@ -163,6 +163,10 @@ def _aware(moment: datetime) -> datetime:
 
 
 def header(conn: Connection) -> dict[str, Any]:
+    if not sa.inspect(conn).has_table("alembic_version"):
+        raise TransferError(
+            "The database holds no Mnemos schema: nothing to export (`mnemos migrate` makes one)"
+        )
     revision = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
     return {
         "format": FORMAT,
