@@ -173,10 +173,11 @@ def create_app(
         settings.redis_prefix,
     )
     app.state.limiters = limiters
-    # Outermost last: request id, access line and metrics, then the in-flight cap, the body
-    # limit, the access checks.
-    app.add_middleware(AccessMiddleware, limiter=limiters.requests)
+    # Outermost last: request id, access line and metrics, then the in-flight cap, the access
+    # checks, the body limit (a request the access checks refuse is answered before its body
+    # is read: an address past its limit does not get a mebibyte held for it first).
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(AccessMiddleware, limiter=limiters.requests)
     app.state.requests = requests
     app.add_middleware(
         InFlightLimitMiddleware, max_in_flight=settings.max_in_flight, requests=requests
