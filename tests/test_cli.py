@@ -220,3 +220,12 @@ def test_agents_per_person_cap(database_url: str, world: World) -> None:
     done = admin(database_url, "create-agent", "--owner", ann.id, "--name", "Two", env=cap)
     assert done.returncode == 1 and done.stdout == ""
     assert json.loads(done.stderr)["error"]["code"] == "agent_limit_reached"
+
+
+def test_restore_expired_undoes_a_policy_from_the_command_line(tmp_path: Path) -> None:
+    db = tmp_path / "cli.db"
+    org = ok(db, "admin", "create-org", "--name", "Acme")["id"]
+    ok(db, "admin", "set-retention", "--org", org, "--system", "working", "--days", "0")
+    done = ok(db, "admin", "restore-expired", "--org", org, "--system", "working")
+    assert done == {"org": org, "system": "working", "restored": 0}
+    assert run(db, "admin", "restore-expired", "--org", org, "--system", "semantic").returncode == 2

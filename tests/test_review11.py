@@ -2,8 +2,8 @@
 metrics and MCP, each reproduced through the app, the store or the real command line, on the
 backends where the finding applies.
 
-Each test fails on the code it was written against for the finding's reason (a strict xfail;
-docs/decisions.md, "Third hostile review: findings"). A fix makes it pass: drop its mark then.
+Each test failed on the code it was written against for the finding's reason (strict xfails
+when written; docs/decisions.md, "Third hostile review: findings"); all are fixed now.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from mnemos.api.app import create_app
 from mnemos.config import Settings
-from mnemos.domain.history import SERVER
+from mnemos.domain.history import SERVER, by_operator
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import RetentionPolicy, System
 from mnemos.storage.base import Store
@@ -69,10 +69,6 @@ def _postgres_only(database_url: str) -> None:
 # --- 1. Retention turns a superseded memory into a restorable one ----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review11: retention archives superseded memories, and restore makes them active",
-)
 def test_retention_does_not_let_a_superseded_memory_come_back_as_active(
     client: TestClient, world: World, store: Store
 ) -> None:
@@ -84,10 +80,11 @@ def test_retention_does_not_let_a_superseded_memory_come_back_as_active(
     _backdate(store, wrong, days=40)
     services = client.app.state.services  # type: ignore[attr-defined]
     services.retention.set(uuid.UUID(world.org("acme")), "working", 30)
-    assert services.retention.expire() == 1
+    assert services.retention.expire() == 0  # only active memories expire
 
     client.post(f"{HUMAN}/{wrong}/restore", headers=ann.headers)  # "undo the expiry"
     now = client.get(f"{HUMAN}/{wrong}", headers=ann.headers).json()["data"]
+    assert now["status"] == "superseded"
     # The agent said this was wrong: no retention pass may turn it back into an active memory,
     # which every default list and every search then serves again.
     assert now["status"] != "active", _events(store, wrong)
@@ -96,10 +93,6 @@ def test_retention_does_not_let_a_superseded_memory_come_back_as_active(
 # --- 2. Two retention passes at once (two workers) on PostgreSQL ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review11: a concurrent retention pass re-archives rows another pass archived",
-)
 def test_two_retention_passes_at_once_expire_a_memory_once(
     client: TestClient, world: World, store: Store, database_url: str
 ) -> None:
@@ -154,10 +147,6 @@ def test_two_retention_passes_at_once_expire_a_memory_once(
 # --- 3. A person's export on PostgreSQL rewrites their metadata --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review11: the PostgreSQL export casts metadata to jsonb (numbers and key order change)",
-)
 def test_a_persons_export_keeps_metadata_as_the_api_answers_it(
     client: TestClient, world: World, database_url: str
 ) -> None:
@@ -193,9 +182,6 @@ def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review11: memory writes and refusals through /mcp are not counted"
-)
 def test_mcp_writes_and_refusals_are_counted_like_the_rest_apis(
     settings: Settings, store: Store, world: World
 ) -> None:
@@ -221,9 +207,6 @@ def test_mcp_writes_and_refusals_are_counted_like_the_rest_apis(
 # --- 5. A change to the status a memory already has is recorded, without bound -----------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review11: archiving an archived memory records another history event"
-)
 def test_a_status_change_that_changes_nothing_records_nothing(
     client: TestClient, world: World
 ) -> None:
@@ -241,10 +224,6 @@ def test_a_status_change_that_changes_nothing_records_nothing(
 # --- 6. What a retention policy archived cannot be brought back ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review11: a person's restore of an expired memory is undone by the next pass",
-)
 def test_a_persons_restore_of_an_expired_memory_holds(
     client: TestClient, world: World, store: Store
 ) -> None:
@@ -262,9 +241,6 @@ def test_a_persons_restore_of_an_expired_memory_holds(
     assert now["status"] == "active", _events(store, memory)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review11: nobody can restore an organization memory a policy archived"
-)
 def test_an_organization_memory_a_wrong_policy_expired_can_be_brought_back(
     client: TestClient, world: World, store: Store
 ) -> None:
@@ -278,16 +254,17 @@ def test_an_organization_memory_a_wrong_policy_expired_can_be_brought_back(
     assert services.retention.expire() == 1
     services.retention.set(org, "working", 0)  # the operator lifts the wrong policy
     # "a wrong policy can be undone" (decisions.md, "Retention archives"): the agent cannot
-    # restore (no route), the owner of the agent is refused (an organization memory is not
-    # theirs to change), and no admin command restores what retention archived.
+    # restore (no route) and the owner of the agent is refused (an organization memory is not
+    # theirs to change); the operator's `mnemos admin restore-expired` brings it back.
     owner = client.post(f"{HUMAN}/{memory}/restore", headers=ann.headers)
+    assert owner.status_code == 403
+    assert services.retention.restore(org, "working", by_operator()) == 1
     now = client.get(f"{AGENT}/{memory}", headers=bot.headers).json()["data"]
-    assert now["status"] == "active", (owner.status_code, owner.text)
+    assert now["status"] == "active"
+    assert _events(store, memory) == ["created", "expired", "restored"]
+    assert services.retention.restore(org, "working", by_operator()) == 0
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review11: /mcp requests are labelled and logged as route 'unmatched'"
-)
 def test_mcp_requests_are_labelled_with_their_route(
     settings: Settings, store: Store, world: World
 ) -> None:

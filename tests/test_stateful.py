@@ -235,8 +235,10 @@ class Worlds(RuleBasedStateMachine):
         )
         assert response.status_code == want, (response.text, m)
         if want == 200:
-            m.status = "superseded" if action == "supersede" else "archived"
-            m.history.append((m.status, "agent", agent))
+            status = "superseded" if action == "supersede" else "archived"
+            if m.status != status:  # a change to the status it has records nothing
+                m.status = status
+                m.history.append((m.status, "agent", agent))
 
     @rule(
         person=people,
@@ -262,11 +264,13 @@ class Worlds(RuleBasedStateMachine):
             self.model.memories.remove(m)
         else:
             assert response.status_code == 200, response.text
-            m.status = {"supersede": "superseded", "archive": "archived", "restore": "active"}[
+            status = {"supersede": "superseded", "archive": "archived", "restore": "active"}[
                 action
             ]
-            event = {"supersede": "superseded", "archive": "archived", "restore": "restored"}
-            m.history.append((event[action], "user", person))
+            if m.status != status:  # a change to the status it has records nothing
+                m.status = status
+                event = {"supersede": "superseded", "archive": "archived", "restore": "restored"}
+                m.history.append((event[action], "user", person))
 
     @rule(person=people)
     def erase(self, person: str) -> None:

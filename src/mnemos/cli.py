@@ -383,4 +383,17 @@ def set_retention(org_id: uuid.UUID, system: str, days: int, database_url: str |
         _emit({"org": str(org_id), "system": policy.system.value, "days": policy.days})
 
 
+@_admin_command
+@click.option("--org", "org_id", callback=_uuid, required=True)
+@click.option("--system", type=click.Choice(["working", "sensory"]), required=True)
+def restore_expired(org_id: uuid.UUID, system: str, database_url: str | None) -> None:
+    """Undo a wrong retention policy: make the organization's working or sensory memories that
+    retention archived (and nobody changed since) active again. Correct the policy first."""
+    from mnemos.domain.history import by_operator
+
+    with _admin_store(database_url) as store:
+        restored = _services(store, database_url).retention.restore(org_id, system, by_operator())
+        _emit({"org": str(org_id), "system": system, "restored": restored})
+
+
 register(main, database_option)  # export, import, backup, doctor (docs/operations.md)

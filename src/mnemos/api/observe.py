@@ -33,9 +33,17 @@ RATE_LIMITED = frozenset({"tuya_1110"})
 """Codes of refusals for going over a rate limit that are not HTTP 429."""
 
 
+WRITE_STATE = "memory_write"
+
+
 def answered_error(scope_state: Any, code: str) -> None:
     """Name the error of an answer that refuses with a 2xx status (`request.state`)."""
     setattr(scope_state, ERROR_STATE, code)
+
+
+def answered_write(scope_state: Any, family: str, action: str) -> None:
+    """Name the memory write of an answer its route and method do not tell (an MCP call)."""
+    setattr(scope_state, WRITE_STATE, (family, action))
 
 
 def route_template(scope: Scope) -> str:
@@ -91,12 +99,19 @@ class ObserveMiddleware:
                 code = scope.get("state", {}).get(ERROR_STATE)
             if self.metrics is not None:
                 method = scope["method"] if scope["method"] in METHODS else "OTHER"
-                self._count(route, method, status, seconds, code)
+                write = scope.get("state", {}).get(WRITE_STATE)
+                self._count(route, method, status, seconds, code, write)
             if access_log.isEnabledFor(logging.INFO):
                 self._log(scope, route, status, seconds, code)
 
     def _count(
-        self, route: str, method: str, status: int, seconds: float, code: str | None
+        self,
+        route: str,
+        method: str,
+        status: int,
+        seconds: float,
+        code: str | None,
+        write: tuple[str, str] | None,
     ) -> None:
         from mnemos.api.metrics import memory_write
 
@@ -109,7 +124,7 @@ class ObserveMiddleware:
             found.errors.labels(code).inc()
             if status == 429 or code in RATE_LIMITED:
                 found.rate_limited.labels(route).inc()
-        write = memory_write(route, method, status)
+        write = write or memory_write(route, method, status)
         if write is not None:
             found.memory_writes.labels(*write).inc()
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 
 def parse_json(body: bytes) -> Any:
@@ -45,3 +47,15 @@ class MnemosRoute(APIRoute):
             return await original(JsonBodyRequest(request.scope, request.receive))
 
         return handler
+
+
+class NamedRoute(Route):
+    """A plain Starlette route (an ASGI app of its own, such as `/mcp`) that names itself in the
+    request's scope as FastAPI's routes do: the access log and the metrics label a request by
+    `scope["route"]`'s template (`api/observe.py`), else as `unmatched`."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child["route"] = self
+        return match, child

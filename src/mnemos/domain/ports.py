@@ -35,6 +35,7 @@ from mnemos.domain.models import (
     RetentionPolicy,
     Role,
     Status,
+    System,
     User,
     UserContext,
 )
@@ -260,9 +261,17 @@ class RightsStore(Protocol):
     def expire_memories(
         self, policy: RetentionPolicy, before: datetime, batch: int, by: ChangedBy
     ) -> int:
-        """In one transaction, archive up to `batch` active or superseded memories of the
-        policy's system stored before `before` by the organization (its organization and subject
-        memories, and the agent-scoped ones of its people's agents), with their `expired`
+        """In one transaction, archive up to `batch` active memories of the policy's system
+        stored before `before` by the organization (its organization and subject memories, and
+        the agent-scoped ones of its people's agents) and not restored since `before`, with
+        their `expired` history; how many."""
+
+    @abc.abstractmethod
+    def restore_expired(
+        self, organization_id: uuid.UUID, system: System, batch: int, by: ChangedBy
+    ) -> int:
+        """In one transaction, make up to `batch` of the organization's memories of `system`
+        whose last change was retention's expiry active again, with their `restored`
         history; how many."""
 
 

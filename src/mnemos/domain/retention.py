@@ -15,7 +15,7 @@ from typing import Protocol
 
 from mnemos.domain.history import SERVER
 from mnemos.domain.ids import utcnow
-from mnemos.domain.models import RetentionPolicy, System, parse_enum
+from mnemos.domain.models import ChangedBy, RetentionPolicy, System, parse_enum
 from mnemos.domain.ports import RightsStore
 from mnemos.errors import NotFound, invalid_field
 
@@ -44,6 +44,22 @@ class RetentionService:
         if not self.store.set_retention(policy):
             raise NotFound("No such organization", {"org": str(organization_id)})
         return policy
+
+    def restore(self, organization_id: uuid.UUID, system: str, by: ChangedBy) -> int:
+        """Undo a wrong policy: make every memory of the organization's `system` that retention
+        archived, and nobody changed since, active again (`mnemos admin restore-expired`); how
+        many. Lift or correct the policy first, or the next pass archives them again once the
+        period has passed since this restore."""
+        kind = parse_enum(System, system, "system")
+        if kind not in RETAINED_SYSTEMS:
+            raise invalid_field("system", "retention applies to working and sensory memories")
+        total = 0
+        while True:
+            count = self.store.restore_expired(organization_id, kind, self.batch, by)
+            total += count
+            if count < self.batch:
+                return total
+            time.sleep(self.pause_seconds)
 
     def expire(self, now: datetime | None = None) -> int:
         """One pass: archive every expired memory of every policy, `batch` per transaction,

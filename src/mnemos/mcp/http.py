@@ -20,11 +20,11 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from mnemos.api.deps import Services, any_caller
 from mnemos.api.middleware import error_body, request_id_of, send_error
+from mnemos.api.routing import NamedRoute
 from mnemos.errors import McpNotInstalled, MnemosError, RateLimited, Unauthorized
 from mnemos.mcp import sdk_installed
 
@@ -67,13 +67,13 @@ class McpEndpoint:
         self.services: Services | None = None
         self.manager: StreamableHTTPSessionManager | None = None
 
-    def route(self) -> Route:
+    def route(self) -> NamedRoute:
         # No GET: it opens an event stream for messages a stateless server never sends, and the
         # stream would hold one of the process's in-flight slots for as long as a client keeps
         # it (a few idle streams, and every caller's requests are refused with 503). The
         # protocol lets a server without that stream answer 405; the SDK's client opens it only
         # in a session, which a stateless server never starts.
-        return Route(PATH, endpoint=self, methods=["POST", "DELETE"])
+        return NamedRoute(PATH, endpoint=self, methods=["POST", "DELETE"])
 
     @asynccontextmanager
     async def running(self, services: Services) -> AsyncIterator[None]:

@@ -18,9 +18,11 @@ from anyio import to_thread
 from mcp import types
 from mcp.server import Server, ServerRequestContext
 from pydantic import ValidationError
+from starlette.requests import Request
 
 from mnemos import __version__
 from mnemos.api.deps import Services
+from mnemos.api.observe import answered_error, answered_write
 from mnemos.errors import MnemosError, ValidationFailed
 from mnemos.mcp.tools import AGENT_TOOLS, PERSON_TOOLS, Caller, Tool, find_tool, tools_for
 
@@ -67,6 +69,16 @@ def refusal(exc: MnemosError) -> types.CallToolResult:
     )
 
 
+def _observed(
+    ctx: ServerRequestContext[Any, Any], result: types.CallToolResult, code: str
+) -> types.CallToolResult:
+    """A refusal answered inside HTTP 200, named for the access log and the metrics as a REST
+    refusal is by its status (`api/observe.py`)."""
+    if isinstance(ctx.request, Request):
+        answered_error(ctx.request.state, code)
+    return result
+
+
 def _invalid(exc: ValidationError) -> ValidationFailed:
     details: dict[str, str] = {}
     for err in exc.errors():
@@ -108,12 +120,15 @@ def build_server(svc: Services, caller_of: CallerOf) -> Server[Any]:
         try:
             caller = await caller_of(ctx)
             tool = find_tool(caller, params.name)
-            return await to_thread.run_sync(_run, svc, caller, tool, params.arguments or {})
+            result = await to_thread.run_sync(_run, svc, caller, tool, params.arguments or {})
         except MnemosError as exc:
-            return refusal(exc)
+            return _observed(ctx, refusal(exc), exc.code)
         except Exception:  # a bug: say so to the model, keep the details in the log
             log.exception("MCP tool %s failed", params.name)
-            return refusal(MnemosError())
+            return _observed(ctx, refusal(MnemosError()), MnemosError.code)
+        if tool.write is not None and isinstance(ctx.request, Request):
+            answered_write(ctx.request.state, "mcp", tool.write)
+        return result
 
     server: Server[Any] = Server(
         "mnemos",

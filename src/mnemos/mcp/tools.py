@@ -216,6 +216,15 @@ class Tool:
     read_only: bool = False
     destructive: bool = False
 
+    @property
+    def write(self) -> str | None:
+        """What a successful call did to memories, as the metrics count it; None for a read."""
+        if self.read_only:
+            return None
+        if self.destructive:
+            return "deleted"
+        return "stored" if self.name == "store_memory" else "changed"
+
     def input_schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = self.arguments.json_schema()
         for name, prop in schema.get("properties", {}).items():

@@ -123,9 +123,11 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         this = sa.and_(M.tenant_id == tenant_id, M.id == memory_id)
         try:
             with self._write() as conn:
+                # A memory that has the status already is left as it is: no history row (any
+                # caller could otherwise grow a person's history by repeating a request).
                 changed = conn.execute(
                     memories.update()
-                    .where(this)
+                    .where(this, M.status != status.value)
                     .values(status=status.value, updated_at=now)
                     .returning(M.subject_id)
                 ).first()

@@ -53,7 +53,9 @@ def _pg_time(column: str) -> str:
 
 
 def _pg_json(column: str) -> str:
-    return f"coalesce({column}::jsonb, '{{}}'::jsonb)"
+    # `json`, not `jsonb`: the stored text as it is, as the API answers it (jsonb would turn
+    # 1e20 into a 21-digit integer, drop -0.0's sign and reorder keys).
+    return f"coalesce({column}::json, '{{}}'::json)"
 
 
 def _as_is(column: str) -> str:

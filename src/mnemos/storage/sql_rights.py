@@ -24,6 +24,7 @@ from mnemos.domain.models import (
     System,
 )
 from mnemos.domain.tenants import Tenants
+from mnemos.errors import Conflict
 from mnemos.storage.history_rows import history_row, record
 from mnemos.storage.rows import MEMORY_COLUMNS, to_memory
 from mnemos.storage.schema import (
@@ -205,34 +206,96 @@ class RightsSql(SqlBase):
         self, policy: RetentionPolicy, before: datetime, batch: int, by: ChangedBy
     ) -> int:
         org = policy.organization_id
-        its_agents = (
-            sa.select(agents.c.id)
-            .join(users, users.c.id == agents.c.owner_id)
-            .where(users.c.organization_id == org)
+        restored_since = (
+            sa.select(H.pk)
+            .where(
+                H.tenant_id == org,
+                H.memory_id == M.id,
+                H.event == HistoryEvent.RESTORED.value,
+                H.at >= before,
+            )
+            .exists()
         )
-        # An organization's memories, agent-scoped ones included, are its tenant's.
+        # Only active memories expire (a superseded one stays what its agent made it: archived,
+        # a restore would make it active again), and one restored within the period is kept.
         chosen = (
             sa.select(M.pk)
             .where(
-                M.tenant_id == org,
-                M.system == policy.system.value,
-                M.status.in_([Status.ACTIVE.value, Status.SUPERSEDED.value]),
+                _retained(org, policy.system),
+                M.status == Status.ACTIVE.value,
                 M.inserted_at < before,
-                sa.or_(
-                    M.organization_id == org,
-                    sa.and_(M.organization_id.is_(None), M.source_agent_id.in_(its_agents)),
-                ),
+                ~restored_since,
             )
             .limit(batch)
         )
+        return self._change_retained(
+            org, chosen, Status.ACTIVE, Status.ARCHIVED, HistoryEvent.EXPIRED, by
+        )
+
+    def restore_expired(
+        self, organization_id: uuid.UUID, system: System, batch: int, by: ChangedBy
+    ) -> int:
+        org = organization_id
+        last_event = (
+            sa.select(H.event)
+            .where(H.tenant_id == org, H.memory_id == M.id)
+            .order_by(H.pk.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        chosen = (
+            sa.select(M.pk)
+            .where(
+                _retained(org, system),
+                M.status == Status.ARCHIVED.value,
+                last_event == HistoryEvent.EXPIRED.value,
+            )
+            .limit(batch)
+        )
+        try:
+            return self._change_retained(
+                org, chosen, Status.ARCHIVED, Status.ACTIVE, HistoryEvent.RESTORED, by
+            )
+        except sa.exc.IntegrityError:  # a Tuya value whose key has a newer active one
+            raise Conflict("Another value of an expired memory's key is active") from None
+
+    def _change_retained(
+        self,
+        org: uuid.UUID,
+        chosen: sa.Select[Any],
+        was: Status,
+        becomes: Status,
+        event: HistoryEvent,
+        by: ChangedBy,
+    ) -> int:
+        """One batch of retention's changes, with their history; how many."""
         now = utcnow()
         with self._write() as conn:
-            expired = conn.execute(
+            # The status again in the update itself: on PostgreSQL a row another process's pass
+            # changed meanwhile is read again after its lock, and no longer matches.
+            changed = conn.execute(
                 memories.update()
-                .where(M.tenant_id == org, M.pk.in_(chosen))
-                .values(status=Status.ARCHIVED.value, updated_at=now)
+                .where(M.tenant_id == org, M.pk.in_(chosen), M.status == was.value)
+                .values(status=becomes.value, updated_at=now)
                 .returning(M.id, M.subject_id)
             ).all()
-            event = HistoryEvent.EXPIRED
-            record(conn, (history_row(org, i, s, event, by, now) for i, s in expired))
-        return len(expired)
+            record(conn, (history_row(org, i, s, event, by, now) for i, s in changed))
+        return len(changed)
+
+
+def _retained(org: uuid.UUID, system: System) -> sa.ColumnElement[bool]:
+    """An organization's memories of a system, as its retention reaches them: its tenant's
+    organization and subject memories, and the agent-scoped ones of its people's agents."""
+    its_agents = (
+        sa.select(agents.c.id)
+        .join(users, users.c.id == agents.c.owner_id)
+        .where(users.c.organization_id == org)
+    )
+    return sa.and_(
+        M.tenant_id == org,
+        M.system == system.value,
+        sa.or_(
+            M.organization_id == org,
+            sa.and_(M.organization_id.is_(None), M.source_agent_id.in_(its_agents)),
+        ),
+    )
