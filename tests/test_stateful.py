@@ -264,9 +264,7 @@ class Worlds(RuleBasedStateMachine):
             self.model.memories.remove(m)
         else:
             assert response.status_code == 200, response.text
-            status = {"supersede": "superseded", "archive": "archived", "restore": "active"}[
-                action
-            ]
+            status = {"supersede": "superseded", "archive": "archived", "restore": "active"}[action]
             if m.status != status:  # a change to the status it has records nothing
                 m.status = status
                 event = {"supersede": "superseded", "archive": "archived", "restore": "restored"}
