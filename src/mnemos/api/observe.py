@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mnemos.api.access import CALLER_STATE
+from mnemos.api.access import BUSY_STATE, CALLER_STATE
 from mnemos.logs import ACCESS_LOGGER
 
 UNMATCHED = "unmatched"
@@ -91,12 +91,13 @@ class ObserveMiddleware:
                 code = scope.get("state", {}).get(ERROR_STATE)
             if self.metrics is not None:
                 method = scope["method"] if scope["method"] in METHODS else "OTHER"
-                self._count(route, method, status, seconds, code)
+                busy = bool(scope.get("state", {}).get(BUSY_STATE))
+                self._count(route, method, status, seconds, code, busy)
             if access_log.isEnabledFor(logging.INFO):
                 self._log(scope, route, status, seconds, code)
 
     def _count(
-        self, route: str, method: str, status: int, seconds: float, code: str | None
+        self, route: str, method: str, status: int, seconds: float, code: str | None, busy: bool
     ) -> None:
         from mnemos.api.metrics import memory_write
 
@@ -109,6 +110,8 @@ class ObserveMiddleware:
             found.errors.labels(code).inc()
             if status == 429 or code in RATE_LIMITED:
                 found.rate_limited.labels(route).inc()
+        if busy:  # its tenant's share (`api.access.take_share`), in any API family's shape
+            found.tenant_busy.labels(route).inc()
         write = memory_write(route, method, status)
         if write is not None:
             found.memory_writes.labels(*write).inc()
