@@ -262,7 +262,7 @@ class AccessMiddleware:
                 await self._too_many(scope, receive, send, verdict)
                 return
         if anonymous and not take_share(scope, self.shares, address_identity(scope)):
-            await self._busy(scope, receive, send)
+            await self._busy(scope, send)
             return
 
         async def send_with_limits(message: Message) -> None:
@@ -294,8 +294,7 @@ class AccessMiddleware:
         response = Response(body, 429, headers=headers, media_type="application/json")
         await response(scope, receive, send)
 
-
-    async def _busy(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _busy(self, scope: Scope, send: Send) -> None:
         refusal = TenantBusy(ADDRESS_BUSY)
         body = error_body(refusal.code, refusal.message, request_id_of(scope))
         headers = [(b"retry-after", str(refusal.retry_after).encode())]
