@@ -106,6 +106,11 @@ def test_anonymous_requests_share_their_address(app: FastAPI, busy: list[str]) -
         hold_share(app, busy, "ip:testclient")  # the test client's address
         refused = error(client.get("/openapi.json"), 429, "tenant_busy")
         assert "address" in refused["message"]
+        # A page with a cookie but no signed-in session is counted by the page, at the address.
+        client.cookies.set("mnemos_session", "not-a-session")
+        page = client.get("/ui/agents")
+        assert page.status_code == 429 and "address" in page.text
+        client.cookies.clear()
         assert client.get("/healthz").status_code == 200  # health checks are never refused
     with TestClient(app, client=("10.0.0.9", 1)) as elsewhere:
         assert elsewhere.get("/openapi.json").status_code == 200
