@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     body_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     keep_alive_seconds: int = Field(default=5, ge=1, le=3600)
     max_in_flight: int = Field(default=1000, ge=1)
+    # Requests one tenant (an organization, a person without one, an anonymous client address)
+    # has in flight in one process before its next is refused with 429 `tenant_busy`; 0 = off.
+    # docs/decisions.md, "A tenant's share of a process's requests".
+    max_in_flight_per_tenant: int = Field(default=16, ge=0)
     max_header_bytes: int = Field(default=32 * KIB, ge=KIB)
     max_header_line_bytes: int = Field(default=8 * KIB, ge=256)
     # Wall-clock time one search statement may take before it is stopped with 422

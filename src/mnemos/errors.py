@@ -116,6 +116,17 @@ class RateLimited(MnemosError):
         self.retry_after = retry_after
 
 
+class TenantBusy(RateLimited):
+    """The caller's tenant already has its share of this process's requests in flight
+    (`MNEMOS_MAX_IN_FLIGHT_PER_TENANT`): refused at once rather than queued behind them."""
+
+    code = "tenant_busy"
+    default_message = "Too many of your organization's requests are in flight; retry shortly"
+
+    def __init__(self, message: str | None = None):
+        super().__init__(1, message)
+
+
 class InsufficientStorage(MnemosError):
     status, code, default_message = 507, "insufficient_storage", "The database has no room to write"
 

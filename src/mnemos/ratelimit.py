@@ -1,4 +1,5 @@
-"""Per-caller request limits: fixed one-minute windows, in Redis when configured.
+"""Per-caller request limits: fixed one-minute windows, in Redis when configured; and each
+tenant's share of the requests a process handles at once (`TenantShares`).
 
 With Redis every process counts against the same windows; without it each process keeps its
 own counts (so N processes allow up to N times the limit). If Redis cannot be reached the limiter
@@ -119,12 +120,46 @@ class FailureLimiter:
             self._blocked_until[address] = (window + 1) * WINDOW_SECONDS
 
 
+class TenantShares:
+    """How many requests each tenant has in flight in this process, each at most `per_tenant`.
+
+    A share bounds what one tenant's slow requests can hold of the process (its in-flight cap,
+    its request threads' queue): past it, the tenant's next request is refused, not queued.
+    Counts live in this process only (a share is per process, as the threads are), and are
+    touched only from the event loop, so they need no lock.
+    """
+
+    def __init__(self, per_tenant: int):
+        self.per_tenant = per_tenant
+        self._held: dict[str, int] = {}
+
+    def take(self, tenant: str) -> bool:
+        """Take one of `tenant`'s slots; False when it already holds all of them."""
+        held = self._held.get(tenant, 0)
+        if held >= self.per_tenant:
+            return False
+        self._held[tenant] = held + 1
+        return True
+
+    def give_back(self, tenant: str) -> None:
+        held = self._held.get(tenant, 0) - 1
+        if held > 0:
+            self._held[tenant] = held
+        else:
+            self._held.pop(tenant, None)
+
+    def held(self, tenant: str) -> int:
+        return self._held.get(tenant, 0)
+
+
 @dataclass(frozen=True)
 class Limiters:
-    """Requests per caller, and failed authentications per address; None where turned off."""
+    """Requests per caller, failed authentications per address, and requests at once per
+    tenant; None where turned off."""
 
     requests: RateLimiter | None
     failures: FailureLimiter | None
+    shares: TenantShares | None = None
 
 
 def _counter(redis_url: str, prefix: str) -> Counter:
@@ -132,11 +167,16 @@ def _counter(redis_url: str, prefix: str) -> Counter:
 
 
 def build_limiters(
-    per_minute: int, failures_per_minute: int, redis_url: str, prefix: str
+    per_minute: int,
+    failures_per_minute: int,
+    redis_url: str,
+    prefix: str,
+    per_tenant_at_once: int = 0,
 ) -> Limiters:
     """The limiters settings ask for (a limit of 0 turns one off), sharing one counter."""
     counter = _counter(redis_url, prefix)
     return Limiters(
         RateLimiter(per_minute, counter) if per_minute > 0 else None,
         FailureLimiter(failures_per_minute, counter) if failures_per_minute > 0 else None,
+        TenantShares(per_tenant_at_once) if per_tenant_at_once > 0 else None,
     )

@@ -10,21 +10,29 @@ at all are counted against their address by `AccessMiddleware`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.routing import Match
 from starlette.types import Scope
 
-from mnemos.errors import MnemosError, RateLimited, Unauthorized
-from mnemos.ratelimit import Limiters
+from mnemos.domain.tenants import tenant_of
+from mnemos.errors import MnemosError, RateLimited, TenantBusy, Unauthorized
+from mnemos.ratelimit import Limiters, TenantShares
+
+if TYPE_CHECKING:
+    from mnemos.storage.base import Store
 
 T = TypeVar("T")
 SESSION_COOKIE = "mnemos_session"  # the web page's session (`api/ui/web.py`)
 RATE_LIMIT_STATE = "rate_limit"
 CALLER_STATE = "caller"  # "agent:<id>", "user:<id>", "tuya:<client id>": the access log's caller
+SHARE_STATE = "tenant_share"  # whose slot the request holds, given back by `AccessMiddleware`
+BUSY_STATE = "tenant_busy"  # set on a request refused for its tenant's share (metrics)
+ADDRESS_BUSY = "Too many requests from this address are in flight; retry shortly"
 
 
 def client_address(scope: Scope) -> str:
@@ -67,9 +75,51 @@ def address_identity(scope: Scope) -> str:
     return f"ip:{client_address(scope)}"
 
 
+def take_share(scope: Scope, shares: TenantShares | None, tenant: str) -> bool:
+    """Let the request hold one of `tenant`'s slots until it ends (`give_back_share`, which
+    `AccessMiddleware` calls whatever the ending); False when the tenant holds its share. A
+    request holds one slot at most: the first it took."""
+    state = scope.setdefault("state", {})
+    if shares is None or SHARE_STATE in state:
+        return True
+    if not shares.take(tenant):
+        state[BUSY_STATE] = True
+        return False
+    state[SHARE_STATE] = tenant
+    return True
+
+
+def give_back_share(scope: Scope, shares: TenantShares | None) -> None:
+    tenant = scope.get("state", {}).pop(SHARE_STATE, None)
+    if tenant is not None and shares is not None:
+        shares.give_back(tenant)
+
+
+def act_for_tenant(
+    request: Request,
+    store: Store,
+    organization_id: uuid.UUID | None,
+    person_id: uuid.UUID,
+    refuse: Callable[[int, str | None], MnemosError] | None = None,
+) -> None:
+    """From here to its end the request acts for the caller's tenant (the organization, or
+    the person without one): it holds one of the tenant's slots in this process, refused
+    `tenant_busy` (or as `refuse` renders it) when the tenant holds its share, and its reads see
+    the tenant's writes (`Store.act_for`). Every authenticated request that reaches memories
+    passes here once its caller is known."""
+    tenant = f"tenant:{tenant_of(organization_id, person_id)}"
+    if not take_share(request.scope, limiters(request).shares, tenant):
+        busy = TenantBusy()
+        raise busy if refuse is None else refuse(busy.retry_after, busy.message)
+    store.act_for(organization_id, person_id)
+
+
 async def count_address(request: Request) -> None:
     """Count one request against the client address (as `AccessMiddleware` counts requests
-    without a credential); `rate_limited` past the limit."""
+    without a credential); `rate_limited` past the limit, `tenant_busy` when the address holds
+    its share of requests at once."""
+    if not take_share(request.scope, limiters(request).shares, address_identity(request.scope)):
+        raise TenantBusy(ADDRESS_BUSY)
     limiter = limiters(request).requests
     if limiter is None:
         return

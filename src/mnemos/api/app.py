@@ -171,13 +171,14 @@ def create_app(
         settings.auth_failures_per_minute,
         settings.redis_url,
         settings.redis_prefix,
+        settings.max_in_flight_per_tenant,
     )
     app.state.limiters = limiters
     # Outermost last: request id, access line and metrics, then the in-flight cap, the access
     # checks, the body limit (a request the access checks refuse is answered before its body
     # is read: an address past its limit does not get a mebibyte held for it first).
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(AccessMiddleware, limiter=limiters.requests)
+    app.add_middleware(AccessMiddleware, limiter=limiters.requests, shares=limiters.shares)
     app.state.requests = requests
     app.add_middleware(
         InFlightLimitMiddleware, max_in_flight=settings.max_in_flight, requests=requests

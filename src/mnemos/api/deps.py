@@ -10,7 +10,7 @@ from typing import TypeVar
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from mnemos.api.access import authenticate
+from mnemos.api.access import act_for_tenant, authenticate
 from mnemos.config import Settings
 from mnemos.domain import accounts
 from mnemos.domain.accounts import hash_key
@@ -103,12 +103,13 @@ async def authenticated(
     resolve: Callable[[], Caller],
     identity: Callable[[Caller], str],
 ) -> Caller:
-    """The caller `resolve` finds, counted and limited as `authenticate` does; this request's
-    reads then see its tenant's writes (`Store.act_for`). Every API dependency ends here."""
+    """The caller `resolve` finds, counted and limited as `authenticate` does; this request then
+    acts for its tenant (`act_for_tenant`: a slot of the tenant's share, reads that see its
+    writes). Every API dependency ends here."""
     ctx = await authenticate(request, resolve, identity)
     found: AgentContext | UserContext = ctx
     owner = found.owner.id if isinstance(found, AgentContext) else found.user.id
-    svc.store.act_for(found.organization_id, owner)
+    act_for_tenant(request, svc.store, found.organization_id, owner)
     return ctx
 
 

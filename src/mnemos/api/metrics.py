@@ -40,6 +40,7 @@ class Metrics:
     latency: Any
     errors: Any
     rate_limited: Any
+    tenant_busy: Any
     pool_in_use: Any
     memory_writes: Any
 
@@ -60,6 +61,11 @@ def metrics() -> Metrics:
         ),
         errors=Counter("mnemos_errors", "Error answers by error code", ("code",)),
         rate_limited=Counter("mnemos_rate_limit_refusals", "Requests refused with 429", ("route",)),
+        tenant_busy=Counter(
+            "mnemos_tenant_share_refusals",
+            "Requests refused because their tenant had its share of requests in flight",
+            ("route",),
+        ),
         pool_in_use=Gauge(
             "mnemos_db_connections_in_use",
             "Database connections checked out of the pools",

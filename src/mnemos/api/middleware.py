@@ -13,12 +13,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mnemos.api.access import RATE_LIMIT_STATE, address_identity, counted_by_page
+from mnemos.api.access import (
+    ADDRESS_BUSY,
+    RATE_LIMIT_STATE,
+    address_identity,
+    counted_by_page,
+    give_back_share,
+    take_share,
+)
 from mnemos.api.tuya import envelope
 from mnemos.domain.history import REQUEST_ID, REQUEST_ID_LENGTH
-from mnemos.errors import PayloadTooLarge
+from mnemos.errors import PayloadTooLarge, TenantBusy
 from mnemos.indexer import InFlight
-from mnemos.ratelimit import RateLimiter, Verdict
+from mnemos.ratelimit import RateLimiter, TenantShares, Verdict
 
 REQUEST_ID_HEADER = b"x-request-id"
 # An incoming X-Request-ID is kept when it looks like an id (a proxy's or a client's), so one id
@@ -218,16 +225,24 @@ def credential_headers(scope: Scope) -> tuple[set[bytes], bytes | None]:
 
 class AccessMiddleware:
     """Refuses repeated credential headers (400 `duplicate_header`), counts requests that carry
-    no credential against their client address (429 `rate_limited` with `Retry-After`), and adds
-    the `X-RateLimit-*` headers of whichever count the request met. Requests with credentials
-    are counted by authentication itself (`mnemos.api.access`), against the identity it found.
+    no credential against their client address (429 `rate_limited` with `Retry-After`; 429
+    `tenant_busy` past the address's share of requests at once), and adds the `X-RateLimit-*`
+    headers of whichever count the request met. Requests with credentials are counted by
+    authentication itself (`mnemos.api.access`), against the identity it found, and take their
+    tenant's slot there. Whichever slot a request took is given back here, when the request
+    ends: its response sent (a streamed body included), failed, or its client gone.
     """
 
     def __init__(
-        self, app: ASGIApp, limiter: RateLimiter | None, exempt: tuple[str, ...] = ("/healthz",)
+        self,
+        app: ASGIApp,
+        limiter: RateLimiter | None,
+        shares: TenantShares | None = None,
+        exempt: tuple[str, ...] = ("/healthz",),
     ):
         self.app = app
         self.limiter = limiter
+        self.shares = shares
         self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -239,17 +254,16 @@ class AccessMiddleware:
             await self._duplicate(scope, receive, send, repeated.decode("latin-1"))
             return
         state = scope.setdefault("state", {})
-        if (
-            self.limiter is not None
-            and not present
-            and scope["path"] not in self.exempt
-            and not counted_by_page(scope)
-        ):
+        anonymous = not present and scope["path"] not in self.exempt and not counted_by_page(scope)
+        if anonymous and self.limiter is not None:
             verdict = await self.limiter.check(address_identity(scope))
             state[RATE_LIMIT_STATE] = verdict
             if not verdict.allowed:
                 await self._too_many(scope, receive, send, verdict)
                 return
+        if anonymous and not take_share(scope, self.shares, address_identity(scope)):
+            await self._busy(scope, send)
+            return
 
         async def send_with_limits(message: Message) -> None:
             verdict = state.get(RATE_LIMIT_STATE)
@@ -257,7 +271,10 @@ class AccessMiddleware:
                 message["headers"] = [*message.get("headers", []), *_limit_headers(verdict)]
             await send(message)
 
-        await self.app(scope, receive, send_with_limits)
+        try:
+            await self.app(scope, receive, send_with_limits)
+        finally:
+            give_back_share(scope, self.shares)
 
     async def _duplicate(self, scope: Scope, receive: Receive, send: Send, name: str) -> None:
         message = f"The {name} header may appear only once"
@@ -276,6 +293,15 @@ class AccessMiddleware:
         headers.update((k.decode(), v.decode()) for k, v in _limit_headers(verdict))
         response = Response(body, 429, headers=headers, media_type="application/json")
         await response(scope, receive, send)
+
+    async def _busy(self, scope: Scope, send: Send) -> None:
+        refusal = TenantBusy(ADDRESS_BUSY)
+        body = error_body(refusal.code, refusal.message, request_id_of(scope))
+        headers = [(b"retry-after", str(refusal.retry_after).encode())]
+        verdict = scope.get("state", {}).get(RATE_LIMIT_STATE)
+        if verdict is not None:
+            headers += _limit_headers(verdict)
+        await send_error(send, refusal.status, body, headers)
 
 
 def _limit_headers(verdict: Verdict) -> list[tuple[bytes, bytes]]:

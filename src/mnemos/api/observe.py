@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mnemos.api.access import CALLER_STATE
+from mnemos.api.access import BUSY_STATE, CALLER_STATE
 from mnemos.logs import ACCESS_LOGGER
 
 UNMATCHED = "unmatched"
@@ -99,8 +99,7 @@ class ObserveMiddleware:
                 code = scope.get("state", {}).get(ERROR_STATE)
             if self.metrics is not None:
                 method = scope["method"] if scope["method"] in METHODS else "OTHER"
-                write = scope.get("state", {}).get(WRITE_STATE)
-                self._count(route, method, status, seconds, code, write)
+                self._count(route, method, status, seconds, code, scope.get("state", {}))
             if access_log.isEnabledFor(logging.INFO):
                 self._log(scope, route, status, seconds, code)
 
@@ -111,7 +110,7 @@ class ObserveMiddleware:
         status: int,
         seconds: float,
         code: str | None,
-        write: tuple[str, str] | None,
+        state: dict[str, Any],
     ) -> None:
         from mnemos.api.metrics import memory_write
 
@@ -124,7 +123,9 @@ class ObserveMiddleware:
             found.errors.labels(code).inc()
             if status == 429 or code in RATE_LIMITED:
                 found.rate_limited.labels(route).inc()
-        write = write or memory_write(route, method, status)
+        if state.get(BUSY_STATE):  # its tenant's share (`api.access.take_share`), any API's shape
+            found.tenant_busy.labels(route).inc()
+        write = state.get(WRITE_STATE) or memory_write(route, method, status)
         if write is not None:
             found.memory_writes.labels(*write).inc()
 

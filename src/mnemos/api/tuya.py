@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
-from mnemos.api.access import authenticate
+from mnemos.api.access import act_for_tenant, authenticate
 from mnemos.api.deps import Services, services
 from mnemos.api.observe import answered_error
 from mnemos.api.responses import JSONResponse
@@ -104,7 +104,7 @@ async def caller(
     who = await _authenticated(
         request, lambda: svc.tuya_auth.caller(signature), lambda who: _project(who.client_id)
     )
-    svc.store.act_for(who.organization_id, who.organization_id)
+    act_for_tenant(request, svc.store, who.organization_id, who.organization_id, _too_many)
     return who
 
 

@@ -25,6 +25,7 @@ from fastapi.routing import APIRoute
 from mnemos.api.access import (
     CALLER_STATE,
     SESSION_COOKIE,
+    act_for_tenant,
     count_address,
     count_request,
     has_session_cookie,
@@ -155,7 +156,7 @@ async def signed_in(request: Request, svc: Services = Depends(services)) -> Sign
 
     who = await run_in_threadpool(resolve)
     request.scope.setdefault("state", {})[CALLER_STATE] = user_identity(who.ctx)
-    svc.store.act_for(who.ctx.organization_id, who.ctx.user.id)
+    act_for_tenant(request, svc.store, who.ctx.organization_id, who.ctx.user.id)
     return who
 
 
