@@ -9,7 +9,8 @@ then measure:
 - the list latency of other callers (another agent's newest-first page) with `--clients`
   clients, before and during the erasure;
 - the export of everything about the person (`GET /api/v1/me/memories/export`): memories per
-  second, and the server's resident memory before and at its peak;
+  second, first alone (nobody else asks the server), then while the other callers list, with
+  the server's resident memory before and at its peak;
 - the erasure (`POST /api/v1/me/memories/erase`): its request time on loopback (the server's
   time plus a millisecond), and that nothing about the person is left (rows and search hits);
 - others' p50 list latency during the export and during the erasure against normal, in the same
@@ -208,6 +209,11 @@ def measure(
 ) -> dict[str, Any]:  # noqa: E501
     rss = Rss(server_pid)
     time.sleep(1)
+    # The export alone first (the issue's figure: nobody else asks the server meanwhile), then
+    # again while others list (their latency beside it).
+    alone_lines, alone_seconds, alone_first = stream_export(base, keys["person"])
+    assert alone_lines == about, (alone_lines, about)
+    time.sleep(0.5)
     lister = Lister(base, keys["other_agent"], clients)
     time.sleep(baseline_seconds)
     now = time.perf_counter()
@@ -217,17 +223,7 @@ def measure(
     idle_rss = rss.peak
     rss.peak = 0
     started = time.perf_counter()
-    lines = 0
-    with httpx.stream(
-        "GET", f"{base}/api/v1/me/memories/export", headers={"X-API-Key": keys["person"]},
-        timeout=600,
-    ) as answer:  # fmt: skip
-        assert answer.status_code == 200, answer.read()
-        first_byte = None
-        for chunk in answer.iter_bytes():
-            first_byte = first_byte or time.perf_counter() - started
-            lines += chunk.count(b"\n")
-    export_seconds = time.perf_counter() - started
+    lines, export_seconds, first_byte = stream_export(base, keys["person"])
     export_rss = rss.peak
     during_export = lister.between(started, started + export_seconds)
     assert lines == about, (lines, about)
@@ -252,11 +248,17 @@ def measure(
         "about": about,
         "list_clients": clients,
         "list_normal": latency(normal),
+        "export_alone": {
+            "memories": alone_lines,
+            "seconds": round(alone_seconds, 3),
+            "memories_per_second": round(alone_lines / alone_seconds),
+            "first_byte_ms": round(alone_first * 1000, 1),
+        },
         "export": {
             "memories": lines,
             "seconds": round(export_seconds, 3),
             "memories_per_second": round(lines / export_seconds),
-            "first_byte_ms": round((first_byte or 0) * 1000, 1),
+            "first_byte_ms": round(first_byte * 1000, 1),
             "server_rss_idle_mib": idle_rss,
             "server_rss_peak_during_export_mib": export_rss,
         },
@@ -270,6 +272,22 @@ def measure(
         "list_p50_ratio_during_erase": _ratio(during_erase, normal),
         "list_p50_ratio_during_export": _ratio(during_export, normal),
     }
+
+
+def stream_export(base: str, key: str) -> tuple[int, float, float]:
+    """The person's export through HTTP, counted by its lines: lines, seconds, first byte's
+    seconds. The client does no more than count (its CPU is on the server's machine)."""
+    started = time.perf_counter()
+    lines = 0
+    first_byte = 0.0
+    with httpx.stream(
+        "GET", f"{base}/api/v1/me/memories/export", headers={"X-API-Key": key}, timeout=600
+    ) as answer:
+        assert answer.status_code == 200, answer.read()
+        for chunk in answer.iter_bytes():
+            first_byte = first_byte or time.perf_counter() - started
+            lines += chunk.count(b"\n")
+    return lines, time.perf_counter() - started, first_byte
 
 
 def _ratio(during: list[float], normal: list[float]) -> float | None:
@@ -359,7 +377,7 @@ def run_backend(
 
 
 def markdown(run: dict[str, Any]) -> str:
-    e, x = run["erase"], run["export"]
+    e, x, a = run["erase"], run["export"], run["export_alone"]
     n, de, dx = run["list_normal"], run["list_during_erase"], run["list_during_export"]
     return "\n".join(
         [
@@ -371,7 +389,8 @@ def markdown(run: dict[str, Any]) -> str:
             f"| left after erasure (rows, search hits) | {tuple(e['left_rows_and_search_hits'])} |",
             f"| others' list p50 / p95, normal | {n['p50_ms']} / {n['p95_ms']} ms |",
             f"| others' list p50 / p95, during erasure | {de['p50_ms']} / {de['p95_ms']} ms ({de['requests']} requests; p50 {run['list_p50_ratio_during_erase']}x normal) |",  # noqa: E501
-            f"| export {x['memories']:,} memories | {x['seconds']:.2f} s, {x['memories_per_second']:,}/s |",  # noqa: E501
+            f"| export {a['memories']:,} memories, alone | {a['seconds']:.2f} s, {a['memories_per_second']:,}/s |",  # noqa: E501
+            f"| export {x['memories']:,} memories, while others list | {x['seconds']:.2f} s, {x['memories_per_second']:,}/s |",  # noqa: E501
             f"| server RSS idle / peak during export | {x['server_rss_idle_mib']} / {x['server_rss_peak_during_export_mib']} MiB |",  # noqa: E501
             f"| others' list p50 / p95, during export | {dx['p50_ms']} / {dx['p95_ms']} ms |",
         ]
