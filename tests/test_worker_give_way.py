@@ -154,12 +154,14 @@ def test_a_request_in_flight_over_http_holds_the_servers_worker(
     way keeps the server's own worker waiting (a real HTTP server, the app's own worker)."""
     agent = world.agent(world.user("Ann", "acme"), "Writer")
     embedder = Recording()
+    requests = InFlight()
     app = create_app(
         settings.model_copy(
             update={"embed_give_way_ms": 3_600_000, "embed_give_way_share": WHOLLY}
         ),
         store,
         embedder,
+        requests,
     )
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning", lifespan="on"))
@@ -167,7 +169,6 @@ def test_a_request_in_flight_over_http_holds_the_servers_worker(
     thread.start()
     try:
         wait_until(lambda: server.started)
-        requests: InFlight = app.state.requests
         with socket.create_connection(("127.0.0.1", port)) as half:
             half.sendall(
                 b"POST /api/v1/agent/memories HTTP/1.1\r\nHost: t\r\n"

@@ -108,6 +108,7 @@ def create_app(
     settings: Settings | None = None,
     store: Store | None = None,
     embedder: Embedder | None | _FromSettings = FROM_SETTINGS,
+    requests: InFlight | None = None,
 ) -> FastAPI:
     """A Mnemos app over an already migrated database; with an embedder (by default the one the
     settings name), it searches by meaning and embeds stored memories in a background thread
@@ -115,7 +116,9 @@ def create_app(
     settings = settings or load_settings()
     owns_store = store is None
     mcp = McpEndpoint(settings.max_body_bytes)
-    requests = InFlight()  # counted by the middleware; the embedding worker gives way to them
+    # Counted by the middleware; the embedding worker gives way to them (a caller may pass its
+    # own to watch them).
+    requests = requests if requests is not None else InFlight()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -179,7 +182,6 @@ def create_app(
     # is read: an address past its limit does not get a mebibyte held for it first).
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(AccessMiddleware, limiter=limiters.requests, shares=limiters.shares)
-    app.state.requests = requests
     app.add_middleware(
         InFlightLimitMiddleware, max_in_flight=settings.max_in_flight, requests=requests
     )
