@@ -413,7 +413,9 @@ def test_migration_puts_a_chunks_sign_bits_after_its_keys_on_sqlite(
         else:
             assert columns[-4:] == ["pks", "scales", "vectors", "bits"]
         assert key == ["tenant_id", "owner", "seq"]
-        assert [dict(part._mapping) for part in after_parts] == [dict(part._mapping) for part in parts]
+        assert [dict(part._mapping) for part in after_parts] == [
+            dict(part._mapping) for part in parts
+        ]
         reopened = open_store(settings)
         assert [reopened.nearest_memories(query, probe, MODEL, 10) for probe in probes] == before
         reopened.close()
