@@ -4,16 +4,16 @@ A search reads each chunk's `pks` and `bits` only. SQLite stores a row's values 
 and a chunk (55 KB) runs over a chain of overflow pages, each naming the next: with `bits`
 last, reading them walked past the 48 KB of `vectors` first, about 12 more pages per chunk.
 Within the mapped part of the file (`mmap_size`) that costs little; past it (a database over
-2 GiB, SQLite's largest map here) each page is copied through the connection's small cache,
-which the walk also empties. At 1,000,000 memories a one-agent search reads about 80 chunks:
-the walk was most of the request's time growth over 100,000 (BENCHMARKS.md, "Semantic search
-for one agent at 1,000,000", sem11). With `bits` second, a chunk's read stops after its first
-two overflow pages.
+2 GiB, SQLite's largest map here) each page is copied through the connection's small cache.
+At 1,000,000 memories a one-agent search reads about 80 chunks, past the map: reading them
+took 2.9-3.8 ms of CPU, 1.8-2.0 ms with `bits` second (BENCHMARKS.md, sem11).
 
 The table is made anew with its columns in the new order and the chunks copied (SQLite cannot
-move a column): about a minute per million memories' layout. PostgreSQL keeps its table: its
-keys and sign bits are in the row (STORAGE MAIN) and its vectors out of line whatever the order.
-Downgrading keeps the new order (both read the columns by name).
+move a column): 10.5 s at 1,000,000 memories (load ~4). The old table's pages are left free in
+the file for later writes (0.8 GB at 1,000,000; VACUUM gives them back, and takes minutes).
+PostgreSQL keeps its table: its keys and sign bits are in the row (STORAGE MAIN) and its
+vectors out of line, whatever the order. Downgrading keeps the new order (both read the
+columns by name).
 
 Revision ID: 0024_vector_chunk_bits_first
 Revises: 0023_request_id_length
@@ -56,6 +56,7 @@ def upgrade() -> None:
     )
     op.drop_table("vector_chunks")
     op.rename_table("vector_chunks_new", "vector_chunks")
+    op.execute("ANALYZE vector_chunks")  # its statistics went with the old table
 
 
 def downgrade() -> None:
