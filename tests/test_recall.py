@@ -34,6 +34,8 @@ from mnemos.storage.sqlite_kept import SUFFIX
 from tests.test_ranking import pool_pays
 from tests.world import Actor, World, agent_memory, memory_body
 
+KEPT = timedelta(minutes=30)
+
 AISLE = "The customer prefers aisle seats on long flights."
 OTHERS = [
     "The quarterly report is due on the first Monday of March.",
@@ -787,6 +789,33 @@ def test_each_caller_keeps_a_bounded_number_of_searches(
     assert next_page(writer, mine[1], mode="keyword").status_code == 200
     assert next_page(writer, mine[3], mode="hybrid").status_code == 200
     assert next_page(ann, theirs, human=True).status_code == 200
+
+
+def test_postgresql_keeps_a_search_answer_in_one_statement(store: Store) -> None:
+    """PostgreSQL keeps a search's answer in one statement (the transaction took a SET and three
+    statements between BEGIN and COMMIT): the caller's newest `most` are kept, an older one is
+    gone, and a second keep of a kept answer changes nothing."""
+    engine = store._write_engine  # type: ignore[attr-defined]
+    if engine.dialect.name != "postgresql":
+        pytest.skip("SQLite keeps its answers in a transaction of a file of their own")
+    caller = f"agent:{uuid.uuid4()}"
+    ids = [uuid.uuid4().hex for _ in range(4)]
+    statements: list[str] = []
+
+    def counted(*args: Any) -> None:
+        statements.append(args[2])
+
+    sa.event.listen(engine, "before_cursor_execute", counted)
+    try:
+        for n, search_id in enumerate(ids):
+            store.keep_search(search_id, [(uuid7(), float(n))], utcnow() + KEPT, caller, 3)
+        store.keep_search(ids[3], [(uuid7(), 9.0)], utcnow() + KEPT, caller, 3)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", counted)
+    assert len(statements) == 5
+    assert store.kept_search(ids[0]) is None
+    assert [len(store.kept_search(search_id) or []) for search_id in ids[1:]] == [1, 1, 1]
+    assert (store.kept_search(ids[3]) or [])[0][1] == 3.0
 
 
 def test_a_hybrid_cursor_continues_where_there_is_no_embedder(

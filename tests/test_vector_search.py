@@ -373,6 +373,54 @@ def test_migration_splits_chunks_in_two_and_keeps_keys_and_bits_in_the_row(
         reopened.close()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migration_puts_a_chunks_sign_bits_after_its_keys_on_sqlite(
+    backend: str, tmp_path: Path
+) -> None:
+    """0024 makes SQLite's `vector_chunks` anew with `bits` right after `pks` (a search reads
+    those two only; behind the 48 KB of `vectors` its read walked their overflow pages), every
+    chunk copied as it was; PostgreSQL's table is left as it is. The answers do not change."""
+    with fresh_database(backend, tmp_path) as url:
+        settings = Settings(database_url=url)
+        migrate(settings, "0023_request_id_length")
+        opened = open_store(settings)
+        world = World(opened)
+        agent = world.agent(world.user("Ann", "acme"))
+        rng = np.random.default_rng(24)
+        saved(
+            opened, agent, unit(rng.standard_normal((2 * CHUNK_ROWS + 5, DIMS)).astype(np.float32))
+        )
+        probes = unit(rng.standard_normal((3, DIMS)).astype(np.float32))
+        query = agent_query(opened, agent)
+        before = [opened.nearest_memories(query, probe, MODEL, 10) for probe in probes]
+        opened.close()
+        engine = sa.create_engine(driver_url(url))
+        C = vector_chunks.c
+        with engine.connect() as conn:
+            parts = conn.execute(sa.select(vector_chunks).order_by(C.owner, C.seq)).all()
+        assert len(parts) == 2
+
+        migrate(settings)
+
+        with engine.connect() as conn:
+            after_parts = conn.execute(sa.select(vector_chunks).order_by(C.owner, C.seq)).all()
+            columns = [column["name"] for column in sa.inspect(conn).get_columns("vector_chunks")]
+            key = sa.inspect(conn).get_pk_constraint("vector_chunks")["constrained_columns"]
+        engine.dispose()
+        blobs = ["pks", "bits", "scales", "vectors"]
+        if backend == "sqlite":
+            assert columns[-4:] == blobs
+        else:
+            assert columns[-4:] == ["pks", "scales", "vectors", "bits"]
+        assert key == ["tenant_id", "owner", "seq"]
+        assert [dict(part._mapping) for part in after_parts] == [
+            dict(part._mapping) for part in parts
+        ]
+        reopened = open_store(settings)
+        assert [reopened.nearest_memories(query, probe, MODEL, 10) for probe in probes] == before
+        reopened.close()
+
+
 def test_the_check_asks_about_the_best_candidates_first(
     store: Store, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -26,6 +27,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Delete, Insert
 
+from mnemos.domain.ids import utcnow
 from mnemos.domain.models import EncodedBatch
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
@@ -33,10 +35,15 @@ from mnemos.errors import SearchTooExpensive, StorageUnavailable
 from mnemos.storage.pg_export import PIPELINED_EXPORTS, Statements, pipelined_batches
 from mnemos.storage.replicas import Mark, replica_set
 from mnemos.storage.rows import read_json
-from mnemos.storage.schema import memories
+from mnemos.storage.schema import UTCDateTime, memories
 from mnemos.storage.search_plan import TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
-from mnemos.storage.sql_base import DEFAULT_SEARCH_BUDGET_MS, Keys, driver_connection
+from mnemos.storage.sql_base import (
+    DEFAULT_SEARCH_BUDGET_MS,
+    EXPIRED_CLEANED,
+    Keys,
+    driver_connection,
+)
 from mnemos.storage.sql_conditions import narrowest_owner
 from mnemos.storage.sql_vectors import BLOB_READS
 
@@ -66,6 +73,29 @@ FORGET_VECTORS = sa.text(
     sa.bindparam("tenant", type_=sa.Uuid()), sa.bindparam("keys", type_=ARRAY(sa.BigInteger()))
 )
 """`_forget_vectors` for one tenant (the queue's rows and the vectors' in one statement)."""
+
+KEEP_SEARCH = sa.text(
+    "WITH lazy AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)), "
+    "expired AS (DELETE FROM search_pages WHERE search_id IN (SELECT search_id "
+    "FROM search_pages WHERE expires_at < :now LIMIT :cleaned FOR UPDATE SKIP LOCKED)), "
+    "kept AS (INSERT INTO search_pages (search_id, expires_at, ranked, owner) "
+    "VALUES (:search_id, :expires_at, :ranked, :owner) "
+    "ON CONFLICT DO NOTHING RETURNING search_id), "
+    "trimmed AS (DELETE FROM search_pages WHERE search_id IN (SELECT search_id "
+    "FROM search_pages WHERE owner = :owner AND EXISTS (SELECT FROM kept) "
+    "ORDER BY expires_at DESC, search_id DESC OFFSET :most - 1 FOR UPDATE SKIP LOCKED)) "
+    "SELECT count(*) FROM lazy"
+).bindparams(
+    sa.bindparam("now", type_=UTCDateTime()),
+    sa.bindparam("expires_at", type_=UTCDateTime()),
+    sa.bindparam("ranked", type_=sa.LargeBinary()),
+)
+"""`SqlBase._keep` in one statement, one round trip in autocommit (the transaction took six:
+BEGIN, the lazy commit's SET, the three statements, COMMIT). The parts see the table as it was
+before the statement, so the trim keeps the owner's newest `most - 1` others, and only when
+this answer was kept (the new one is the newest: it expires last); a row both parts delete
+goes once. `set_config(..., true)` makes this statement's own commit asynchronous, as
+`_lazy_write`'s SET LOCAL does."""
 
 STATEMENT_TIMEOUT_MS = 15_000
 
@@ -547,6 +577,14 @@ class PostgresStore(SqlStore):
         with self._write(mark=mark) as conn:
             conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
             yield conn
+
+    def _keep(
+        self, search_id: str, packed: bytes, expires_at: datetime, owner: str, most: int
+    ) -> None:
+        values = {"search_id": search_id, "expires_at": expires_at, "ranked": packed}
+        values |= {"owner": owner, "most": most, "now": utcnow(), "cleaned": EXPIRED_CLEANED}
+        with self._guard(), self._open_read() as conn:  # autocommit: the statement commits
+            conn.execute(KEEP_SEARCH, values)
 
     def _candidates_in(self, column: sa.Column[Any]) -> sa.ColumnElement[bool]:
         # One array parameter: the statement's text is the same whatever the count, so it is

@@ -372,12 +372,13 @@ vector_chunks = sa.Table(
     sa.Column("model", sa.String(200), nullable=False),
     sa.Column("rows", sa.Integer(), nullable=False),
     sa.Column("pks", sa.LargeBinary(), nullable=False),  # int64, little-endian
-    sa.Column("scales", sa.LargeBinary(), nullable=False),  # float32
-    sa.Column("vectors", sa.LargeBinary(), nullable=False),  # int8, rows x dimensions
     # The vectors' sign bits, packed (numpy.packbits): rows x dimensions / 8 bytes; a search
     # reads these and the keys only (migration 0014), kept in the row on PostgreSQL (STORAGE
-    # MAIN, migration 0021).
+    # MAIN, migration 0021), next to the keys on SQLite (migration 0024: a read of them stops
+    # before the vectors' overflow pages).
     sa.Column("bits", sa.LargeBinary(), nullable=False),
+    sa.Column("scales", sa.LargeBinary(), nullable=False),  # float32
+    sa.Column("vectors", sa.LargeBinary(), nullable=False),  # int8, rows x dimensions
 )
 
 # --- people's rights (migration 0011): history of changes, erasures, retention ---------------

@@ -516,15 +516,23 @@ class SqlBase(abc.ABC):
     ) -> None:
         packed = b"".join(memory_id.bytes + _SCORE.pack(score) for memory_id, score in ranked)
         with _cache_failures("kept"):
-            self._remember_until(
-                search_pages,
-                search_id,
-                expires_at,
-                write=functools.partial(self._kept, write=True),
-                then=(_TRIM_KEPT, {"owner": owner, "most": most}),
-                ranked=packed,
-                owner=owner,
-            )
+            self._keep(search_id, packed, expires_at, owner, most)
+
+    def _keep(
+        self, search_id: str, packed: bytes, expires_at: datetime, owner: str, most: int
+    ) -> None:
+        """Keep a search's packed answer in `search_pages`: a few expired answers cleaned, this
+        one kept (unless already), and the owner's answers past its newest `most` dropped, in
+        one lazily written transaction (a dialect hook: PostgreSQL does it in one statement)."""
+        self._remember_until(
+            search_pages,
+            search_id,
+            expires_at,
+            write=functools.partial(self._kept, write=True),
+            then=(_TRIM_KEPT, {"owner": owner, "most": most}),
+            ranked=packed,
+            owner=owner,
+        )
 
     def _lazy_write(self, *, mark: Mark = False) -> AbstractContextManager[Connection]:
         """A write transaction whose commit may return before it reaches the disk: a crash may

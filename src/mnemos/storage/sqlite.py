@@ -48,7 +48,10 @@ from mnemos.storage.sqlite_kept import KeptFile
 from mnemos.storage.watchdog import Watchdog
 
 BUSY_TIMEOUT_MS = 30_000
-MMAP_BYTES = 1 << 30  # address space, not memory: SQLite maps at most the file's size
+MMAP_BYTES = 1 << 40
+"""Address space, not memory: SQLite maps at most the file's size, and at most its build's
+`SQLITE_MAX_MMAP_SIZE` (2 GiB in Debian's). At 1,000,000 memories the file is over 3 GB, and a
+search's reads past the map are copied page by page through a small cache (sem11)."""
 MAX_BLOB_SQL = 256  # `blob_sql`'s texts kept
 WATCHDOG = Watchdog()  # one thread per process stops searches past their budget
 
