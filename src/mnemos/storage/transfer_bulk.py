@@ -102,7 +102,7 @@ class Loader:
         if table not in self._omittable:
             columns = self.conn.exec_driver_sql(
                 "SELECT name FROM pragma_table_info(?) "
-                "WHERE NOT \"notnull\" AND dflt_value IS NULL AND pk = 0",
+                'WHERE NOT "notnull" AND dflt_value IS NULL AND pk = 0',
                 (table,),
             ).scalars()
             self._omittable[table] = frozenset(columns)
