@@ -5,6 +5,7 @@ null in every row of a batch may be left out, only where the target then stores 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from mnemos.storage.transfer_values import (
     UTC_TEXT,
     UUID_SPELLING,
     UUID_TEXT,
+    Spelling,
     column_shortcut,
     converter,
     tuples,
@@ -63,7 +65,9 @@ NEAR_TIMES = [
         (UTC_SPELLING, UTC_TEXT, TIMES, NEAR_TIMES),
     ],
 )
-def test_a_column_is_spelled_as_each_of_its_values(spelling, one, good, near) -> None:  # type: ignore[no-untyped-def]
+def test_a_column_is_spelled_as_each_of_its_values(
+    spelling: Spelling, one: Callable[[str], Any], good: list[str], near: list[str]
+) -> None:
     """The whole-column check takes a batch exactly when each value matches the one-value
     expression in ASCII: one value spelled otherwise anywhere in a batch sends the batch to the
     per-value path (which decides on digits beyond ASCII)."""
