@@ -85,12 +85,28 @@ class Loader:
         self.dialect = conn.dialect
         self.errors = bad_data_errors(conn)
         self._copy: _Copy | None = None
+        self._omittable: dict[str, frozenset[str]] = {}
 
     def write(self, table: sa.Table, rows: list[dict[str, Any]], first_line: int) -> None:
         if not rows:
             return
-        keys, values = tuples(table, rows, first_line, self.dialect)
+        omittable = self._nulls_by_default(str(table.name))
+        keys, values = tuples(table, rows, first_line, self.dialect, omittable)
         self.write_values(table, keys, values, first_line)
+
+    def _nulls_by_default(self, table: str) -> frozenset[str]:
+        """SQLite: the columns of `table` an INSERT may leave out to store null (nullable, no
+        default, not the key), as the target's own schema says."""
+        if self.dialect.name != "sqlite":
+            return frozenset()
+        if table not in self._omittable:
+            columns = self.conn.exec_driver_sql(
+                "SELECT name FROM pragma_table_info(?) "
+                'WHERE NOT "notnull" AND dflt_value IS NULL AND pk = 0',
+                (table,),
+            ).scalars()
+            self._omittable[table] = frozenset(columns)
+        return self._omittable[table]
 
     def write_values(
         self, table: sa.Table, keys: list[str], values: list[tuple[Any, ...]], first_line: int

@@ -59,10 +59,39 @@ the row fail (a list holding such a memory answers 500), so an import refuses it
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 UTC = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00"
 UUID_TEXT, UTC_TEXT = re.compile(UUID).fullmatch, re.compile(UTC).fullmatch
-UUID_RUN, UTC_RUN = (re.compile(f"{one}(?:,{one})*").fullmatch for one in (UUID, UTC))
-"""A UUID and a time as the exporter writes them (`str(uuid)`, `datetime.isoformat()` in UTC),
-alone and as a comma-separated run; any other spelling takes the general path (and a wrong one
-is refused there)."""
+"""A UUID and a time as the exporter writes them (`str(uuid)`, `datetime.isoformat()` in UTC);
+any other spelling takes the general path (and a wrong one is refused there)."""
+
+
+class Spelling:
+    """The same spelling as `UUID_TEXT` or `UTC_TEXT` (`template`: each `x` a character of
+    `digits`, any other character itself), checked for a whole batch's column at once: the
+    values joined by commas, each fixed character checked by one slice of the joined text
+    (every value's character at that place), and the digits by counting what `bytes.translate`
+    leaves of the text once they are deleted. Ten times faster than the regular expression run
+    over the same text, which was about a tenth of an import's time."""
+
+    def __init__(self, template: str, digits: bytes) -> None:
+        self.width = len(template)
+        self.fixed = [(at, char) for at, char in enumerate(template) if char != "x"]
+        self.digits = digits
+        self.others = sum(1 for _, char in self.fixed if char.encode() not in digits)
+
+    def joined(self, values: list[str]) -> str | None:
+        """The values joined by commas, if every one is spelled so; else None."""
+        count, step = len(values), self.width + 1
+        joined = ",".join(values)
+        if len(joined) != count * step - 1 or joined[self.width :: step] != "," * (count - 1):
+            return None
+        if any(joined[at::step] != char * count for at, char in self.fixed):
+            return None
+        # Every other character a digit (a character beyond ASCII encodes to bytes that stay).
+        left = joined.encode().translate(None, self.digits)
+        return joined if len(left) == count * (self.others + 1) - 1 else None
+
+
+UUID_SPELLING = Spelling("xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", b"0123456789abcdef")
+UTC_SPELLING = Spelling("xxxx-xx-xxTxx:xx:xx.xxxxxx+00:00", b"0123456789")
 
 
 def converter(column: sa.Column[Any], dialect: Dialect) -> Step | None:
@@ -178,7 +207,7 @@ def _compose(first: Step | None, then: Step | None) -> Step | None:
 
 def column_shortcut(column: sa.Column[Any], backend: str) -> ColumnStep | None:
     """For a UUID or time column, the conversion of a whole batch's column at once, in C: the
-    values joined, checked by one regular expression and (on SQLite) rewritten by `str.replace`;
+    values joined, checked (`Spelling`) and (on SQLite) rewritten by `str.replace`;
     for an enum's column (`MEMBERS`), one set check. It returns None when a value is spelled
     otherwise, and then `converter` takes each value."""
     members = MEMBERS.get((column.table.name, column.name))
@@ -187,9 +216,9 @@ def column_shortcut(column: sa.Column[Any], backend: str) -> ColumnStep | None:
         return lambda values: values if allowed.issuperset(values) else None
     rewrite: tuple[tuple[str, str], ...]
     if isinstance(column.type, sa.Uuid):
-        run, width, rewrite = UUID_RUN, 36, (("-", ""),)
+        spelling, rewrite = UUID_SPELLING, (("-", ""),)
     elif isinstance(column.type, UTCDateTime):
-        run, width, rewrite = UTC_RUN, 32, (("T", " "), ("+00:00", ""))
+        spelling, rewrite = UTC_SPELLING, (("T", " "), ("+00:00", ""))
     else:
         return None
     times = isinstance(column.type, UTCDateTime)
@@ -198,9 +227,9 @@ def column_shortcut(column: sa.Column[Any], backend: str) -> ColumnStep | None:
         present = [value for value in values if value is not None]
         if not present or not TEXT_OR_NULL.issuperset(map(type, present)):
             return None if present else values
-        joined = ",".join(present)
-        if len(joined) != len(present) * (width + 1) - 1 or not run(joined):
-            return None  # (the width: one value per value, none holding a comma)
+        joined = spelling.joined(present)
+        if joined is None:
+            return None
         if times:
             deque(map(datetime.fromisoformat, present), maxlen=0)  # a day that does not exist
         if backend == "postgresql":
@@ -216,13 +245,19 @@ def column_shortcut(column: sa.Column[Any], backend: str) -> ColumnStep | None:
 
 
 def tuples(
-    table: sa.Table, rows: list[dict[str, Any]], first_line: int, dialect: Dialect
+    table: sa.Table,
+    rows: list[dict[str, Any]],
+    first_line: int,
+    dialect: Dialect,
+    omittable: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """The columns the rows carry, and each row as a tuple of driver values in that order.
 
     Works a column at a time (`zip` turns rows into columns and back, in C): the columns whose
     type needs it are converted, the others only checked to hold their type's JSON values (so
-    both backends refuse the same values)."""
+    both backends refuse the same values). A column of `omittable` that is null in every row is
+    left out (the target stores null there all the same): SQLite's driver binds each null
+    through its adapter lookup, about 4% of an import into SQLite."""
     keys = list(rows[0])
     if len(set(map(len, rows))) > 1:
         keys = sorted(set().union(*rows))
@@ -256,7 +291,20 @@ def tuples(
             columns[index] = values if done is None else done
         except (ValueError, TypeError, AttributeError, ArithmeticError):
             _refuse_value(table, key, values, step or _type_check(column), first_line)
+    if omittable:
+        kept = [
+            index
+            for index, key in enumerate(keys)
+            if key not in omittable or not _all_null(columns[index])
+        ]
+        if len(kept) < len(keys):
+            keys, columns = [keys[index] for index in kept], [columns[index] for index in kept]
     return keys, list(zip(*columns, strict=True))
+
+
+def _all_null(values: tuple[Any, ...]) -> bool:
+    # (`count` compares by identity first: fast on nulls, slow on text, so only when it may be)
+    return values[0] is None and values[-1] is None and values.count(None) == len(values)
 
 
 def _taken(column: sa.Column[Any], values: tuple[Any, ...]) -> bool:
