@@ -6,12 +6,18 @@ See docs/decisions.md, "Fourth hostile review: findings"."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy.engine import make_url
 
 from mnemos.api.app import create_app
 from mnemos.config import Settings
@@ -143,3 +149,51 @@ def test_uploads_with_a_made_up_key_count_against_their_address(app: FastAPI) ->
             assert shares(app).held("ip:10.7.7.7") == SHARE
         finally:
             finish(client, uploads)
+
+
+def mnemos(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mnemos", *args, "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def refusal_code(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1 and done.stderr, done
+    line = done.stderr.strip().splitlines()[-1]
+    try:
+        code: str = json.loads(line)["error"]["code"]
+    except ValueError:
+        return f"not a refusal: {line}"
+    return code
+
+
+RETENTION = ("admin", "set-retention", "--org", str(uuid.uuid4()), "--system", "working")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review12: an empty (0-byte) SQLite file counts as a database that is there: an "
+    "operator's command migrates it into a new empty database and reports on that",
+)
+def test_an_empty_file_is_not_taken_for_a_database(tmp_path: Path) -> None:
+    empty = tmp_path / "mnemos.db"
+    empty.touch()  # a copy that failed, a `touch`, a file truncated by a full disk
+    done = mnemos(f"sqlite:///{empty}", *RETENTION, "--days", "3")
+    assert refusal_code(done) == "database_missing"
+    assert empty.stat().st_size == 0
+
+
+@pytest.mark.skipif(not os.environ.get("MNEMOS_TEST_POSTGRES_URL"), reason="no PostgreSQL")
+@pytest.mark.xfail(
+    strict=True,
+    reason="review12: a PostgreSQL database that is not there is not refused database_missing "
+    "(Backend.exists answers True): the command dies with a psycopg traceback",
+)
+def test_a_postgres_database_that_is_not_there_is_refused_as_missing() -> None:
+    server = make_url(os.environ["MNEMOS_TEST_POSTGRES_URL"])
+    missing = server.set(database="review12_no_such_database")
+    done = mnemos(missing.render_as_string(hide_password=False), *RETENTION, "--days", "3")
+    assert refusal_code(done) == "database_missing"
