@@ -125,9 +125,10 @@ def test_a_tenants_slow_uploads_count_against_its_share(app: FastAPI, world: Wor
         try:
             # The tenant has SHARE requests in flight: its next one is past its share.
             third = client.get(BASE, headers=agent.headers)
-            assert third.status_code == 429, (third.status_code, shares(app).held(
-                f"tenant:{ann.tenant}"
-            ))
+            assert third.status_code == 429, (
+                third.status_code,
+                shares(app).held(f"tenant:{ann.tenant}"),
+            )
         finally:
             finish(client, uploads)
 
@@ -141,8 +142,7 @@ def test_a_tenants_slow_uploads_count_against_its_share(app: FastAPI, world: Wor
 def test_uploads_with_a_made_up_key_count_against_their_address(app: FastAPI) -> None:
     with TestClient(app) as client:
         uploads = [
-            SlowUpload(app, {"X-API-Key": f"made-up-{i}"}, address="10.7.7.7")
-            for i in range(SHARE)
+            SlowUpload(app, {"X-API-Key": f"made-up-{i}"}, address="10.7.7.7") for i in range(SHARE)
         ]
         start_slow_uploads(client, uploads)
         try:
