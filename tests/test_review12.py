@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,48 @@ def test_a_0024_stopped_during_its_copy_can_be_run_again(
         migrate(settings)
     monkeypatch.setattr(alembic.op, "execute", real)
     migrate(settings)  # the operator runs it again
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review12: restore-expired restores only memories whose last history event is "
+    "'expired': deleting the agent that stored one records 'source_removed' on it, and the "
+    "memory a wrong policy archived can no longer be brought back",
+)
+def test_an_expired_memory_of_a_deleted_agent_can_be_brought_back(
+    client: TestClient, world: World, store: Store
+) -> None:
+    import sqlalchemy as sa
+
+    from mnemos.domain.history import by_operator
+    from mnemos.domain.ids import utcnow
+    from mnemos.storage.schema import memories, memory_history
+
+    ann = world.user("Ann", "r12-retention")
+    bot = world.agent(ann)
+    body = memory_body("release checklist", scope="organization", system="working")
+    answer = client.post(BASE, json={**body, "type": "episodic"}, headers=bot.headers)
+    assert answer.status_code == 201, answer.text
+    memory = uuid.UUID(answer.json()["data"]["id"])
+    with store._write() as conn:  # type: ignore[attr-defined]
+        conn.execute(
+            memories.update()
+            .where(memories.c.id == memory)
+            .values(inserted_at=utcnow() - timedelta(days=10))
+        )
+    services = client.app.state.services  # type: ignore[attr-defined]
+    org = uuid.UUID(world.org("r12-retention"))
+    services.retention.set(org, "working", 1)  # meant 100
+    assert services.retention.expire() == 1
+    services.retention.set(org, "working", 0)  # the operator lifts the wrong policy
+    # Meanwhile the agent is retired; the organization's memory stays (its source is removed).
+    gone = client.delete(f"/api/v1/me/agents/{bot.id}", headers=ann.headers)
+    assert gone.status_code == 200, gone.text
+    events = sa.select(memory_history.c.event).where(memory_history.c.memory_id == memory)
+    with store._read() as conn:  # type: ignore[attr-defined]
+        assert list(conn.execute(events.order_by(memory_history.c.pk)).scalars()) == [
+            "created",
+            "expired",
+            "source_removed",
+        ]
+    assert services.retention.restore(org, "working", by_operator()) == 1
