@@ -59,8 +59,30 @@ def _sqlite_directory(url: str) -> None:
 
 
 def _sqlite_file_exists(url: str) -> bool:
+    """A file with something in it: SQLite takes an empty file for an empty database, but an
+    operator's empty file is a failed copy or a truncated one, not the database they meant."""
     path = make_url(url).database
-    return not path or path == ":memory:" or Path(path).exists()
+    if not path or path == ":memory:":
+        return True
+    file = Path(path)
+    return file.is_file() and file.stat().st_size > 0
+
+
+def _postgres_database_exists(url: str) -> bool:
+    """False only when the server answers that the database does not exist (SQLSTATE 3D000);
+    any other failure to connect is left to the command, which reports it."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(_postgres_driver_url(url), poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect():
+            return True
+    except sa.exc.OperationalError as exc:
+        said = str(exc.orig)
+        missing = 'database "' in said and "does not exist" in said
+        return not (getattr(exc.orig, "sqlstate", None) == "3D000" or missing)
+    finally:
+        engine.dispose()
 
 
 def _postgres_driver_url(url: str) -> str:
@@ -102,7 +124,11 @@ SQLITE = Backend(
     open=_open_sqlite, worker_threads=2, prepare=_sqlite_directory, exists=_sqlite_file_exists
 )
 POSTGRES = Backend(
-    open=_open_postgres, worker_threads=1, migration_url=_postgres_driver_url, replicas=True
+    open=_open_postgres,
+    worker_threads=1,
+    migration_url=_postgres_driver_url,
+    replicas=True,
+    exists=_postgres_database_exists,
 )
 
 BACKENDS: dict[str, Backend] = {

@@ -236,9 +236,15 @@ class RightsSql(SqlBase):
         self, organization_id: uuid.UUID, system: System, batch: int, by: ChangedBy
     ) -> int:
         org = organization_id
+        # The last change of its status: its agent's deletion since (`source_removed`) leaves
+        # the status as retention made it.
         last_event = (
             sa.select(H.event)
-            .where(H.tenant_id == org, H.memory_id == M.id)
+            .where(
+                H.tenant_id == org,
+                H.memory_id == M.id,
+                H.event != HistoryEvent.SOURCE_REMOVED.value,
+            )
             .order_by(H.pk.desc())
             .limit(1)
             .scalar_subquery()

@@ -36,6 +36,9 @@ COLUMNS = ("tenant_id", "owner", "seq", "model", "rows", "pks", "bits", "scales"
 def upgrade() -> None:
     if op.get_bind().dialect.name != "sqlite":
         return
+    # pysqlite commits the CREATE before the copy's transaction: a copy stopped earlier (killed,
+    # disk full) left the new table behind, empty of anything that counts.
+    op.execute("DROP TABLE IF EXISTS vector_chunks_new")
     op.create_table(
         "vector_chunks_new",
         sa.Column("tenant_id", sa.Uuid(), nullable=False),
