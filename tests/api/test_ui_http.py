@@ -365,3 +365,26 @@ def test_filters_are_the_api_filters_and_stay_chosen(
         assert shown == expected, params
         for name, value in params.items():
             assert re.search(rf'<option value="{value}"\s+selected>', html), (name, html)
+
+
+def test_a_path_or_method_no_page_serves_is_a_page_with_its_headers(client: TestClient) -> None:
+    """Under /ui a 404 or 405 is a page with the page's security headers (the API's JSON
+    elsewhere): the status, code and `Allow` are the API's."""
+    missing = client.get("/ui/no-such-page")
+    assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
+    assert "frame-ancestors 'none'" in missing.headers["content-security-policy"]
+    assert missing.headers["x-frame-options"] == "DENY" and "not_found" in missing.text
+    asset = client.get("/ui/static/no-such-file.css")
+    assert asset.status_code == 404 and "x-frame-options" in asset.headers
+    wrong = client.delete("/ui/signin")
+    assert wrong.status_code == 405 and "GET" in wrong.headers["allow"]
+    assert wrong.headers["x-content-type-options"] == "nosniff"
+    api = client.get("/api/v1/no-such-route")
+    assert api.status_code == 404 and api.json()["error"]["code"] == "not_found"
+
+
+def test_a_405_names_every_method_the_path_serves(client: TestClient) -> None:
+    """`Allow` lists the methods of the routes at the path, those of included routers too."""
+    assert client.delete("/api/v1/agent/me").headers["allow"] == "GET"
+    methods = client.put("/api/v1/agent/memories").headers["allow"]
+    assert set(methods.split(", ")) == {"GET", "POST"}

@@ -188,14 +188,21 @@ def create_app(
     app.add_middleware(ObserveMiddleware, metrics=settings.metrics)  # access line, metrics
     app.add_middleware(RequestContextMiddleware)
     install_error_handlers(app)
-    app.include_router(rights.human_router)  # before the Band routers: /memories/export
-    app.include_router(rights.agent_router)
-    app.include_router(band_agent.router)
-    app.include_router(band_human.router)
-    app.include_router(chats.agent_router)
-    app.include_router(chats.human_router)
-    app.include_router(tuya.router)
-    app.include_router(superagent.router)
+    routers = (
+        rights.human_router,  # before the Band routers: /memories/export
+        rights.agent_router,
+        band_agent.router,
+        band_human.router,
+        chats.agent_router,
+        chats.human_router,
+        tuya.router,
+        superagent.router,
+    )
+    for router in routers:
+        app.include_router(router)
+    # FastAPI lists an included router as one opaque entry of `app.routes`: the routes
+    # themselves, for what needs to ask each of them (a 405's `Allow`).
+    app.state.served_routes = [route for router in routers for route in router.routes]
     install_ui(app)
     app.router.routes.append(mcp.route())  # MCP (mnemos.mcp.http): not in the OpenAPI document
     if settings.metrics:

@@ -6,12 +6,17 @@ every asset is served from `/ui/static/` (docs/ui.md, docs/decisions.md "The web
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import inspect
+
+import orjson
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mnemos.api.ui import account, memories
-from mnemos.api.ui.web import HOME, STATIC_DIR
+from mnemos.api.ui.web import COOKIE_PATH, HOME, SECURITY_HEADERS, STATIC_DIR, error_page
+from mnemos.errors import MnemosError
 
 
 def install_ui(app: FastAPI) -> None:
@@ -20,8 +25,34 @@ def install_ui(app: FastAPI) -> None:
     app.include_router(memories.router)
     # The pages that count the requests carrying a session cookie (`access.counted_by_page`).
     app.state.page_routes = [*account.router.routes, *memories.router.routes]
+    app.state.served_routes = [*getattr(app.state, "served_routes", []), *app.state.page_routes]
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
+    _answer_pages_errors_as_pages(app)
 
     @app.get("/ui", include_in_schema=False)
     def ui_root() -> RedirectResponse:
         return RedirectResponse(HOME, status_code=308)
+
+
+def _answer_pages_errors_as_pages(app: FastAPI) -> None:
+    """A path under `/ui` that no page serves (404), or a method none serves there (405), is
+    answered as a page with the page's security headers, not the API's JSON: the API's handler
+    still decides the status, code, message and `Allow`; this only renders its answer."""
+    api_answer = app.exception_handlers[StarletteHTTPException]
+
+    async def answer(request: Request, exc: Exception) -> Response:
+        given = api_answer(request, exc)
+        found: Response = await given if inspect.isawaitable(given) else given
+        path = request.url.path
+        if path != COOKIE_PATH and not path.startswith(COOKIE_PATH + "/"):
+            return found
+        error = orjson.loads(bytes(found.body))["error"]
+        refusal = MnemosError(error["message"])
+        refusal.status, refusal.code = found.status_code, error["code"]
+        page = error_page(refusal)
+        page.headers.update(SECURITY_HEADERS)
+        if "allow" in found.headers:
+            page.headers["Allow"] = found.headers["allow"]
+        return page
+
+    app.add_exception_handler(StarletteHTTPException, answer)
