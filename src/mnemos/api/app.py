@@ -200,9 +200,6 @@ def create_app(
     )
     for router in routers:
         app.include_router(router)
-    # FastAPI lists an included router as one opaque entry of `app.routes`: the routes
-    # themselves, for what needs to ask each of them (a 405's `Allow`).
-    app.state.served_routes = [route for router in routers for route in router.routes]
     install_ui(app)
     app.router.routes.append(mcp.route())  # MCP (mnemos.mcp.http): not in the OpenAPI document
     if settings.metrics:

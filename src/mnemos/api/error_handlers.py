@@ -82,10 +82,9 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 
 
 def allowed_methods(request: Request) -> str:
-    """Every method some route serves at this path (Starlette names only the first route's;
-    the included routers' routes are in `app.state.served_routes`)."""
+    """Every method some route serves at this path (Starlette names only the first route's)."""
     methods: set[str] = set()
-    for route in [*request.app.routes, *getattr(request.app.state, "served_routes", [])]:
+    for route in request.app.routes:
         if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE:
             methods |= route.methods or set()
     return ", ".join(sorted(methods))

@@ -25,7 +25,6 @@ def install_ui(app: FastAPI) -> None:
     app.include_router(memories.router)
     # The pages that count the requests carrying a session cookie (`access.counted_by_page`).
     app.state.page_routes = [*account.router.routes, *memories.router.routes]
-    app.state.served_routes = [*getattr(app.state, "served_routes", []), *app.state.page_routes]
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
     _answer_pages_errors_as_pages(app)
 
