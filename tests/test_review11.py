@@ -28,12 +28,13 @@ from mnemos.domain.models import RetentionPolicy, System
 from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import memories, memory_history
+from tests.api.test_mcp import HEADERS as MCP_HEADERS
+from tests.api.test_mcp import call
 from tests.world import Actor, World, memory_body
 
 AGENT = "/api/v1/agent/memories"
 HUMAN = "/api/v1/me/memories"
 WORKING = {"system": "working", "type": "episodic"}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 
 
 def _stored(client: TestClient, agent: Actor, content: str, **fields: Any) -> str:
@@ -177,11 +178,6 @@ def _series_sum(scraped: str, name: str) -> float:
     )
 
 
-def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    params = {"name": name, "arguments": arguments}
-    return {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
-
-
 def test_mcp_writes_and_refusals_are_counted_like_the_rest_apis(
     settings: Settings, store: Store, world: World
 ) -> None:
@@ -192,10 +188,10 @@ def test_mcp_writes_and_refusals_are_counted_like_the_rest_apis(
     store_args = memory_body("from an MCP client")["memory"]
     with TestClient(create_app(on, store)) as client:
         before = client.get("/metrics").text
-        stored = client.post("/mcp", json=_tool_call("store_memory", store_args), headers=headers)
+        stored = client.post("/mcp", json=call("store_memory", store_args), headers=headers)
         assert stored.json()["result"]["isError"] is False, stored.text
         missing = {"memory_id": str(uuid.uuid4())}
-        refused = client.post("/mcp", json=_tool_call("get_memory", missing), headers=headers)
+        refused = client.post("/mcp", json=call("get_memory", missing), headers=headers)
         assert refused.json()["result"]["isError"] is True, refused.text
         after = client.get("/metrics").text
     writes = "mnemos_memory_writes_total"
@@ -273,7 +269,7 @@ def test_mcp_requests_are_labelled_with_their_route(
     headers = {**MCP_HEADERS, "Authorization": f"Bearer {bot.api_key}"}
     on = settings.model_copy(update={"metrics": True})
     with TestClient(create_app(on, store)) as client:
-        listed = client.post("/mcp", json=_tool_call("list_memories", {}), headers=headers)
+        listed = client.post("/mcp", json=call("list_memories", {}), headers=headers)
         assert listed.status_code == 200, listed.text
         scraped = client.get("/metrics").text
     # Every MCP call is otherwise counted with the 404s of scanners, under `unmatched`.

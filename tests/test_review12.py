@@ -1,165 +1,28 @@
 """Fourth hostile review (review12): findings in this session's new code.
 
 Each test states the behaviour the finding asks for and failed, when written, for the finding's
-reason. The fixed ones are ordinary tests; the two about bodies read before any slot is taken
-stay strict xfails (open: docs/decisions.md, "Fourth hostile review: what was fixed")."""
+reason. The finding about bodies read before any slot is taken is tested with the shares
+(`tests/api/test_tenant_share.py`, "slow uploads")."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
-from mnemos.api.app import create_app
-from mnemos.config import Settings
-from mnemos.ratelimit import TenantShares
 from mnemos.storage.base import Store
+from tests.test_rights_admin import mnemos
 from tests.world import World, memory_body
 
-SHARE = 2
 BASE = "/api/v1/agent/memories"
-
-
-@pytest.fixture
-def app(settings: Settings, store: Store) -> FastAPI:
-    return create_app(settings.model_copy(update={"max_in_flight_per_tenant": SHARE}), store)
-
-
-def shares(app: FastAPI) -> TenantShares:
-    found: TenantShares = app.state.limiters.shares
-    return found
-
-
-class SlowUpload:
-    """A POST whose body arrives in two parts, the second only when `finish` is called: a
-    client trickling its upload, as a slow or hostile one does over a real socket."""
-
-    def __init__(self, app: FastAPI, headers: dict[str, str], address: str = "10.9.9.9"):
-        self.app = app
-        self.body = json.dumps(memory_body("slow upload")).encode()
-        self.headers = [(b"content-type", b"application/json")] + [
-            (k.lower().encode(), v.encode()) for k, v in headers.items()
-        ]
-        self.headers.append((b"content-length", str(len(self.body)).encode()))
-        self.address = address
-        self.release = anyio.Event()
-        self.sent = 0
-        self.status: int | None = None
-
-    async def run(self) -> None:
-        scope: dict[str, Any] = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": BASE,
-            "raw_path": BASE.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": self.headers,
-            "client": (self.address, 40000),
-            "server": ("testserver", 80),
-        }
-
-        async def receive() -> dict[str, Any]:
-            self.sent += 1
-            if self.sent == 1:
-                return {"type": "http.request", "body": self.body[:10], "more_body": True}
-            if self.sent == 2:
-                await self.release.wait()
-                return {"type": "http.request", "body": self.body[10:], "more_body": False}
-            await anyio.sleep_forever()
-            raise AssertionError  # pragma: no cover
-
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                self.status = message["status"]
-
-        await self.app(scope, receive, send)
-
-
-def start_slow_uploads(client: TestClient, uploads: list[SlowUpload]) -> None:
-    assert client.portal is not None
-    for upload in uploads:
-        client.portal.start_task_soon(upload.run)
-    # Let each reach its second receive (the body half read).
-    for _ in range(200):
-        if all(u.sent >= 2 for u in uploads):
-            return
-        client.portal.call(anyio.sleep, 0.01)
-    raise AssertionError("the slow uploads never started reading their bodies")
-
-
-def finish(client: TestClient, uploads: list[SlowUpload]) -> None:
-    assert client.portal is not None
-    for upload in uploads:
-        client.portal.call(upload.release.set)
-    for _ in range(500):
-        if all(u.status is not None for u in uploads):
-            return
-        client.portal.call(anyio.sleep, 0.01)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="review12: a request's body is read before its tenant's slot is taken "
-    "(act_for_tenant runs in the dependency, after FastAPI reads the body): a tenant's slow "
-    "uploads hold the process's in-flight cap beyond its share",
-)
-def test_a_tenants_slow_uploads_count_against_its_share(app: FastAPI, world: World) -> None:
-    ann = world.user("Ann", "r12-upload")
-    agent = world.agent(ann)
-    with TestClient(app) as client:
-        uploads = [SlowUpload(app, agent.headers) for _ in range(SHARE)]
-        start_slow_uploads(client, uploads)
-        try:
-            # The tenant has SHARE requests in flight: its next one is past its share.
-            third = client.get(BASE, headers=agent.headers)
-            assert third.status_code == 429, (
-                third.status_code,
-                shares(app).held(f"tenant:{ann.tenant}"),
-            )
-        finally:
-            finish(client, uploads)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="review12: a request carrying any credential header (a made-up key) is counted "
-    "against neither its address nor a tenant while its body is read: unlimited slow uploads "
-    "per address with no valid credential",
-)
-def test_uploads_with_a_made_up_key_count_against_their_address(app: FastAPI) -> None:
-    with TestClient(app) as client:
-        uploads = [
-            SlowUpload(app, {"X-API-Key": f"made-up-{i}"}, address="10.7.7.7") for i in range(SHARE)
-        ]
-        start_slow_uploads(client, uploads)
-        try:
-            assert shares(app).held("ip:10.7.7.7") == SHARE
-        finally:
-            finish(client, uploads)
-
-
-def mnemos(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mnemos", *args, "--database-url", url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def refusal_code(done: subprocess.CompletedProcess[str]) -> str:

@@ -277,6 +277,22 @@ def test_unknown_route_and_method_use_the_envelope(client: TestClient) -> None:
     error(client.delete(BASE), 405, "method_not_allowed")
 
 
+def test_a_405_names_the_methods_its_path_serves(client: TestClient) -> None:
+    """`Allow` lists every method of the path's own template, from routes that FastAPI's
+    included routers hide, and none of a template that only also matches the path."""
+    for method, path, allowed in [
+        ("DELETE", BASE, "GET, POST"),
+        ("PUT", f"{BASE}/{uuid.uuid4()}", "GET"),
+        ("PUT", f"/api/v1/me/memories/{uuid.uuid4()}", "DELETE, GET"),
+        ("POST", "/api/v1/me/memories/export", "GET"),
+        ("DELETE", "/healthz", "GET"),
+        ("PUT", "/ui/agents", "GET, POST"),
+    ]:
+        refused = client.request(method, path)
+        assert refused.status_code == 405, (method, path)
+        assert refused.headers["allow"] == allowed, (method, path)
+
+
 def test_healthz(client: TestClient) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200

@@ -14,6 +14,7 @@ from mnemos.config import Settings
 from mnemos.domain.accounts import issue_token
 from mnemos.ratelimit import WINDOW_SECONDS
 from mnemos.storage.base import Store
+from tests.api.asgi_calls import cut_body_request
 from tests.api.test_band_agent import BASE, error
 from tests.world import World
 
@@ -183,43 +184,9 @@ def test_an_anonymous_request_past_the_limit_is_refused_before_its_body_is_read(
 ) -> None:
     """An address past its limit is refused at once: the server does not first wait for, and
     hold, up to a mebibyte of the body of a request it is going to refuse."""
-    import anyio
-
     with TestClient(create_app(limited(settings), store)) as client:
         for _ in range(5):
             client.get(BASE)  # anonymous: counted against the address
         assert client.get(BASE).status_code == 429
-
-        async def cut_body_request() -> list[dict[str, object]]:
-            sent: list[dict[str, object]] = []
-            parts = iter([{"type": "http.request", "body": b"{" * 10, "more_body": True}])
-
-            async def receive() -> dict[str, object]:
-                part = next(parts, None)
-                if part is None:
-                    await anyio.sleep_forever()  # the rest of the body never comes
-                return part  # type: ignore[return-value]
-
-            async def send(message: dict[str, object]) -> None:
-                sent.append(message)
-
-            scope = {
-                "type": "http",
-                "asgi": {"version": "3.0"},
-                "http_version": "1.1",
-                "method": "POST",
-                "scheme": "http",
-                "path": BASE,
-                "raw_path": BASE.encode(),
-                "query_string": b"",
-                "root_path": "",
-                "headers": [(b"host", b"testserver"), (b"content-length", b"1000000")],
-                "client": ("testclient", 50000),
-                "server": ("testserver", 80),
-            }
-            with anyio.fail_after(5):
-                await client.app(scope, receive, send)  # type: ignore[arg-type]
-            return sent
-
-        sent = client.portal.call(cut_body_request)  # type: ignore[union-attr]
+        sent = cut_body_request(client, BASE, [(b"content-length", b"1000000")])
         assert sent[0]["status"] == 429

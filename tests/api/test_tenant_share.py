@@ -16,6 +16,7 @@ from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.ratelimit import TenantShares
 from mnemos.storage.base import Store
+from tests.api.asgi_calls import SlowUpload, finish, start_slow_uploads
 from tests.api.test_band_agent import BASE, error
 from tests.api.test_mcp import HEADERS, initialize
 from tests.api.test_rate_limits import ME, SUPERAGENT
@@ -175,3 +176,69 @@ def test_a_share_of_zero_turns_it_off(settings: Settings, store: Store, world: W
     with TestClient(app) as client:
         assert app.state.limiters.shares is None
         assert client.get(BASE, headers=agent.headers).status_code == 200
+
+
+def test_slow_uploads_count_against_their_address_whatever_their_credential(
+    app: FastAPI, world: World
+) -> None:
+    """A request's caller is known only once its body is in (authentication reads it after),
+    so while the body arrives the request holds a slot of its address (review12): a client
+    trickling uploads, with a real key or a made-up one, cannot hold more than the address's
+    share of the process's requests at once."""
+    ann = world.agent(world.user("Ann", "share-upload-a"))
+    bob = world.agent(world.user("Bob", "share-upload-b"))
+    with TestClient(app) as client:
+        for credential, address in [
+            (ann.headers, "10.9.9.9"),
+            ({"X-API-Key": "made-up"}, "10.7.7.7"),
+        ]:
+            uploads = [SlowUpload(app, BASE, credential, address) for _ in range(SHARE)]
+            start_slow_uploads(client, uploads)
+            try:
+                assert shares(app).held(f"ip:{address}") == SHARE
+                assert shares(app).held(tenant(ann)) == 0
+                # The address's next request is refused, whoever it is for.
+                third = SlowUpload(app, BASE, bob.headers, address)
+                assert client.portal is not None
+                client.portal.call(third.release.set)
+                client.portal.call(third.run)
+                assert third.status == 429
+                # Ann from another address is served (her tenant holds no slot yet).
+                assert client.get(BASE, headers=ann.headers).status_code == 200
+            finally:
+                statuses = finish(client, uploads)
+            assert statuses == [201] * SHARE if credential is ann.headers else [401] * SHARE
+            assert shares(app).held(f"ip:{address}") == 0
+            assert shares(app).held(tenant(ann)) == 0
+
+
+def test_once_its_body_is_in_a_request_holds_its_tenants_slot_not_its_addresss(
+    app: FastAPI, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ann = world.user("Ann", "share-moved")
+    agent = world.agent(ann)
+    held: list[tuple[int, int]] = []
+    listed = store.list_memories
+
+    def list_memories(*args: Any, **kwargs: Any) -> Any:
+        held.append((shares(app).held("ip:testclient"), shares(app).held(tenant(ann))))
+        return listed(*args, **kwargs)
+
+    monkeypatch.setattr(store, "list_memories", list_memories)
+    with TestClient(app) as client:
+        assert client.get(BASE, headers=agent.headers).status_code == 200
+    assert held == [(0, 1)]
+
+
+def test_a_tuya_request_refused_for_its_address_is_in_tuyas_envelope(
+    app: FastAPI, store: Store, world: World, busy: list[str]
+) -> None:
+    ann = world.user("Ann", "share-tuya-address")
+    with TestClient(app) as client:
+        project = TuyaProject(client, "share-address", "a" * 32)
+        store.create_tuya_project(project.client_id, project.secret, ann.tenant)
+        project.connect()
+        hold_share(app, busy, "ip:testclient")
+        tuya = project.get(f"{DEVICE}/dev-1/memories", bind_role_type=2)
+        assert (tuya["success"], tuya["code"]) == (False, 1110)
+        assert "address" in tuya["msg"]

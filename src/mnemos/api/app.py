@@ -201,6 +201,10 @@ def create_app(
     for router in routers:
         app.include_router(router)
     install_ui(app)
+    # FastAPI lists an included router as one opaque entry of `app.routes`: its routes, in the
+    # order they are tried, for what must ask each of them (a 405's `Allow`).
+    served = [route for router in routers for route in router.routes]
+    app.state.served_routes = [*served, *app.state.page_routes]
     app.router.routes.append(mcp.route())  # MCP (mnemos.mcp.http): not in the OpenAPI document
     if settings.metrics:
         install_metrics_route(app, settings)

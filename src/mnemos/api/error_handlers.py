@@ -82,11 +82,21 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 
 
 def allowed_methods(request: Request) -> str:
-    """Every method some route serves at this path (Starlette names only the first route's)."""
-    methods: set[str] = set()
-    for route in request.app.routes:
-        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE:
-            methods |= route.methods or set()
+    """The methods served at the route template this path falls under: the first route, in the
+    order they are tried, whose path matches (the included routers' routes, which `app.routes`
+    hides, are `app.state.served_routes`), with every other route of the same template
+    (Starlette's own `Allow` names only the first route's methods). Templates that also match
+    the path (`/memories/{memory_id}` for `/memories/export`) are not the path's and add none."""
+    routes = [*getattr(request.app.state, "served_routes", []), *request.app.routes]
+    matching = [
+        route
+        for route in routes
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE
+    ]
+    if not matching:
+        return ""
+    template = matching[0].path
+    methods = {m for route in matching if route.path == template for m in route.methods or ()}
     return ", ".join(sorted(methods))
 
 

@@ -21,7 +21,7 @@ from mnemos.api.access import (
     give_back_share,
     take_share,
 )
-from mnemos.api.tuya import envelope
+from mnemos.api.tuya import TOO_FREQUENT, envelope
 from mnemos.domain.history import REQUEST_ID, REQUEST_ID_LENGTH
 from mnemos.errors import PayloadTooLarge, TenantBusy
 from mnemos.indexer import InFlight
@@ -261,9 +261,15 @@ class AccessMiddleware:
             if not verdict.allowed:
                 await self._too_many(scope, receive, send, verdict)
                 return
-        if anonymous and not take_share(scope, self.shares, address_identity(scope)):
-            await self._busy(scope, send)
+        # Every request holds a slot while its body arrives: one without a credential for its
+        # whole life, any other until its last body part (its caller is not known before
+        # authentication, which comes after the body): so slow uploads count against their
+        # address whatever credential they carry (docs/decisions.md, "A request's body").
+        counted = scope["path"] not in self.exempt
+        if counted and not take_share(scope, self.shares, address_identity(scope)):
+            await self._busy(scope, receive, send)
             return
+        receive_body = receive if anonymous or not counted else self._body_then_free(scope, receive)
 
         async def send_with_limits(message: Message) -> None:
             verdict = state.get(RATE_LIMIT_STATE)
@@ -272,9 +278,24 @@ class AccessMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_limits)
+            await self.app(scope, receive_body, send_with_limits)
         finally:
             give_back_share(scope, self.shares)
+
+    def _body_then_free(self, scope: Scope, receive: Receive) -> Receive:
+        """`receive`, giving back the address's slot once the body's last part has arrived, so
+        that authentication can take the caller's tenant's slot."""
+        reading = True
+
+        async def receive_body() -> Message:
+            nonlocal reading
+            message = await receive()
+            if reading and not (message["type"] == "http.request" and message.get("more_body")):
+                reading = False
+                give_back_share(scope, self.shares)
+            return message
+
+        return receive_body
 
     async def _duplicate(self, scope: Scope, receive: Receive, send: Send, name: str) -> None:
         message = f"The {name} header may appear only once"
@@ -294,8 +315,12 @@ class AccessMiddleware:
         response = Response(body, 429, headers=headers, media_type="application/json")
         await response(scope, receive, send)
 
-    async def _busy(self, scope: Scope, send: Send) -> None:
+    async def _busy(self, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = TenantBusy(ADDRESS_BUSY)
+        if scope["path"].startswith(TUYA_PATHS):
+            response = envelope(Request(scope), code=TOO_FREQUENT, msg=refusal.message)
+            await response(scope, receive, send)
+            return
         body = error_body(refusal.code, refusal.message, request_id_of(scope))
         headers = [(b"retry-after", str(refusal.retry_after).encode())]
         verdict = scope.get("state", {}).get(RATE_LIMIT_STATE)

@@ -28,6 +28,7 @@ from mnemos.errors import MnemosError, StorageUnavailable
 
 DEVICE = "/v1.0/cloud/agent/ai/chat/b/devices/{device_id}"
 T = TypeVar("T")
+TOO_FREQUENT = 1110  # Tuya's "request frequency over limit": its rate limits and shares
 
 
 def tuya_error_code(code: int) -> str:
@@ -84,7 +85,7 @@ async def signed(request: Request) -> SignedRequest:
 
 
 def _too_many(_retry_after: int, message: str | None) -> TuyaError:
-    return TuyaError(1110, message or "request frequency over limit, retry later")
+    return TuyaError(TOO_FREQUENT, message or "request frequency over limit, retry later")
 
 
 def _project(client_id: str) -> str:
