@@ -118,6 +118,18 @@ def test_metrics_on_one_process(settings: Settings, store: Store, token: str) ->
         assert "/metrics" not in client.get("/openapi.json").text
 
 
+def test_the_documents_and_the_pages_assets_are_labelled_by_their_path(
+    settings: Settings, store: Store
+) -> None:
+    on = settings.model_copy(update={"metrics": True})
+    with TestClient(create_app(on, store)) as client:
+        for path in ("/openapi.json", "/docs", "/ui/static/ui.css"):
+            assert client.get(path).status_code == 200, path
+        scraped = client.get("/metrics").text
+    for route in ("/openapi.json", "/docs", "/ui/static"):
+        assert f'mnemos_http_requests_total{{method="GET",route="{route}",status="200"}}' in scraped
+
+
 def counted(scraped: str, series: str) -> float:
     """The value of one series of a `/metrics` answer (0 when it is not there yet)."""
     for line in scraped.splitlines():

@@ -26,6 +26,7 @@ from mnemos.api.middleware import (
 )
 from mnemos.api.observe import ObserveMiddleware
 from mnemos.api.responses import JSONResponse, errors
+from mnemos.api.routing import named
 from mnemos.api.ui import install_ui
 from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
@@ -206,6 +207,7 @@ def create_app(
     served = [route for router in routers for route in router.routes]
     app.state.served_routes = [*served, *app.state.page_routes]
     app.router.routes.append(mcp.route())  # MCP (mnemos.mcp.http): not in the OpenAPI document
+    named(app.router.routes)  # FastAPI's /openapi.json and /docs, labelled by their path
     if settings.metrics:
         install_metrics_route(app, settings)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
-from starlette.routing import Match, Route
+from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.types import Scope
 
 
@@ -59,3 +59,29 @@ class NamedRoute(Route):
         if match is not Match.NONE:
             child["route"] = self
         return match, child
+
+
+class NamedMount(Mount):
+    """A mount (the page's static files) that names itself in the request's scope, labelled by
+    its path as `NamedRoute` is."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child["route"] = self
+        return match, child
+
+
+def named(routes: list[BaseRoute]) -> None:
+    """Make the plain Starlette routes FastAPI adds of its own (`/openapi.json`, `/docs`,
+    `/redoc`) `NamedRoute`s, in place, so that their requests are labelled by their path rather
+    than counted with scanners' 404s as `unmatched`."""
+    for i, route in enumerate(routes):
+        if type(route) is Route:
+            routes[i] = NamedRoute(
+                route.path,
+                route.endpoint,
+                methods=list(route.methods or ()),
+                name=route.name,
+                include_in_schema=route.include_in_schema,
+            )

@@ -14,6 +14,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mnemos.api.routing import NamedMount
 from mnemos.api.ui import account, memories
 from mnemos.api.ui.web import COOKIE_PATH, HOME, SECURITY_HEADERS, STATIC_DIR, error_page
 from mnemos.errors import MnemosError
@@ -25,7 +26,8 @@ def install_ui(app: FastAPI) -> None:
     app.include_router(memories.router)
     # The pages that count the requests carrying a session cookie (`access.counted_by_page`).
     app.state.page_routes = [*account.router.routes, *memories.router.routes]
-    app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
+    static = StaticFiles(directory=STATIC_DIR)
+    app.router.routes.append(NamedMount("/ui/static", app=static, name="ui-static"))
     _answer_pages_errors_as_pages(app)
 
     @app.get("/ui", include_in_schema=False)
