@@ -126,7 +126,7 @@ def test_two_retention_passes_at_once_expire_a_memory_once(
             # The second worker's pass (every worker process runs one) while the first holds it.
             runner = threading.Thread(
                 target=lambda: second_pass.append(
-                    store.expire_memories(policy, before, 500, SERVER)
+                    store.expire_memories(policy, before, 500, SERVER).changed
                 )
             )
             runner.start()

@@ -195,7 +195,7 @@ def test_slow_uploads_count_against_their_address_whatever_their_credential(
             uploads = [SlowUpload(app, BASE, credential, address) for _ in range(SHARE)]
             start_slow_uploads(client, uploads)
             try:
-                assert shares(app).held(f"ip:{address}") == SHARE
+                assert shares(app).held(f"upload:{address}") == SHARE
                 assert shares(app).held(tenant(ann)) == 0
                 # The address's next request is refused, whoever it is for.
                 third = SlowUpload(app, BASE, bob.headers, address)
@@ -208,7 +208,7 @@ def test_slow_uploads_count_against_their_address_whatever_their_credential(
             finally:
                 statuses = finish(client, uploads)
             assert statuses == [201] * SHARE if credential is ann.headers else [401] * SHARE
-            assert shares(app).held(f"ip:{address}") == 0
+            assert shares(app).held(f"upload:{address}") == 0
             assert shares(app).held(tenant(ann)) == 0
 
 
@@ -238,7 +238,7 @@ def test_a_tuya_request_refused_for_its_address_is_in_tuyas_envelope(
         project = TuyaProject(client, "share-address", "a" * 32)
         store.create_tuya_project(project.client_id, project.secret, ann.tenant)
         project.connect()
-        hold_share(app, busy, "ip:testclient")
+        hold_share(app, busy, "upload:testclient")
         tuya = project.get(f"{DEVICE}/dev-1/memories", bind_role_type=2)
         assert (tuya["success"], tuya["code"]) == (False, 1110)
         assert "address" in tuya["msg"]

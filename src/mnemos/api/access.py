@@ -75,6 +75,12 @@ def address_identity(scope: Scope) -> str:
     return f"ip:{client_address(scope)}"
 
 
+def upload_identity(scope: Scope) -> str:
+    """Whose slot any other request holds while its body arrives: its address's uploads (a
+    count apart, so that its address's requests without a credential never refuse it)."""
+    return f"upload:{client_address(scope)}"
+
+
 def take_share(scope: Scope, shares: TenantShares | None, tenant: str) -> bool:
     """Let the request hold one of `tenant`'s slots until it ends (`give_back_share`, which
     `AccessMiddleware` calls whatever the ending); False when the tenant holds its share. A

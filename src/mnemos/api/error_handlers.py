@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from mnemos.api.middleware import error_body
+from mnemos.api.routing import NamedMount
 from mnemos.errors import MethodNotAllowed, MnemosError, PayloadTooLarge, RateLimited
 
 log = logging.getLogger("mnemos")
@@ -88,10 +89,16 @@ def allowed_methods(request: Request) -> str:
     (Starlette's own `Allow` names only the first route's methods). Templates that also match
     the path (`/memories/{memory_id}` for `/memories/export`) are not the path's and add none."""
     routes = [*getattr(request.app.state, "served_routes", []), *request.app.routes]
+    # As the app's router saw the request: a mount it entered (the page's assets) moved its
+    # `root_path` on, and kept the app's in `app_root_path`.
+    scope = {
+        **request.scope,
+        "root_path": request.scope.get("app_root_path", request.scope.get("root_path", "")),
+    }
     matching = [
         route
         for route in routes
-        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE
+        if isinstance(route, Route | NamedMount) and route.matches(scope)[0] is not Match.NONE
     ]
     if not matching:
         return ""

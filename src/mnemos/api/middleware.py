@@ -20,8 +20,10 @@ from mnemos.api.access import (
     counted_by_page,
     give_back_share,
     take_share,
+    upload_identity,
 )
 from mnemos.api.tuya import TOO_FREQUENT, envelope
+from mnemos.api.ui.web import is_page, refusal_page
 from mnemos.domain.history import REQUEST_ID, REQUEST_ID_LENGTH
 from mnemos.errors import PayloadTooLarge, TenantBusy
 from mnemos.indexer import InFlight
@@ -209,6 +211,7 @@ CREDENTIAL_HEADERS = frozenset(
     }
 )
 TUYA_PATHS = "/v1.0/"  # Tuya's routes answer refusals in their own envelope
+CREDENTIAL_PATHS = ("/api/", TUYA_PATHS, "/mcp")  # where authentication reads the headers
 
 
 def credential_headers(scope: Scope) -> tuple[set[bytes], bytes | None]:
@@ -225,12 +228,13 @@ def credential_headers(scope: Scope) -> tuple[set[bytes], bytes | None]:
 
 class AccessMiddleware:
     """Refuses repeated credential headers (400 `duplicate_header`), counts requests that carry
-    no credential against their client address (429 `rate_limited` with `Retry-After`; 429
-    `tenant_busy` past the address's share of requests at once), and adds the `X-RateLimit-*`
-    headers of whichever count the request met. Requests with credentials are counted by
-    authentication itself (`mnemos.api.access`), against the identity it found, and take their
-    tenant's slot there. Whichever slot a request took is given back here, when the request
-    ends: its response sent (a streamed body included), failed, or its client gone.
+    no credential (or carry one where nothing reads it) against their client address (429
+    `rate_limited` with `Retry-After`; 429 `tenant_busy` past the address's share of requests at
+    once), and adds the `X-RateLimit-*` headers of whichever count the request met. Requests
+    with credentials hold a slot of their address's uploads until their body is in, then are
+    counted by authentication itself (`mnemos.api.access`), against the identity it found, and
+    take their tenant's slot there. Whichever slot a request holds is given back here, when the
+    request ends: its response sent (a streamed body included), failed, or its client gone.
     """
 
     def __init__(
@@ -254,22 +258,30 @@ class AccessMiddleware:
             await self._duplicate(scope, receive, send, repeated.decode("latin-1"))
             return
         state = scope.setdefault("state", {})
-        anonymous = not present and scope["path"] not in self.exempt and not counted_by_page(scope)
+        # A credential header counts only where authentication reads it; elsewhere (FastAPI's
+        # documents, the page's assets, `/metrics`) the request is counted as one without.
+        credentialed = bool(present) and scope["path"].startswith(CREDENTIAL_PATHS)
+        exempt = scope["path"] in self.exempt
+        anonymous = not credentialed and not exempt and not counted_by_page(scope)
         if anonymous and self.limiter is not None:
             verdict = await self.limiter.check(address_identity(scope))
             state[RATE_LIMIT_STATE] = verdict
             if not verdict.allowed:
                 await self._too_many(scope, receive, send, verdict)
                 return
-        # Every request holds a slot while its body arrives: one without a credential for its
-        # whole life, any other until its last body part (its caller is not known before
-        # authentication, which comes after the body): so slow uploads count against their
-        # address whatever credential they carry (docs/decisions.md, "A request's body").
-        counted = scope["path"] not in self.exempt
-        if counted and not take_share(scope, self.shares, address_identity(scope)):
+        # A request without a credential holds its address's slot for its whole life. Any
+        # other holds a slot of its address's uploads until its body's last part is in (its
+        # caller is not known before authentication, which comes after the body), then its
+        # tenant's: so slow bodies count against their address whatever credential they carry
+        # (docs/decisions.md, "A request's body").
+        if anonymous:
+            taken = take_share(scope, self.shares, address_identity(scope))
+        else:
+            taken = take_share(scope, self.shares, upload_identity(scope))
+            receive = self._body_then_free(scope, receive)
+        if not taken:
             await self._busy(scope, receive, send)
             return
-        receive_body = receive if anonymous or not counted else self._body_then_free(scope, receive)
 
         async def send_with_limits(message: Message) -> None:
             verdict = state.get(RATE_LIMIT_STATE)
@@ -278,7 +290,7 @@ class AccessMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive_body, send_with_limits)
+            await self.app(scope, receive, send_with_limits)
         finally:
             give_back_share(scope, self.shares)
 
@@ -318,7 +330,15 @@ class AccessMiddleware:
     async def _busy(self, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = TenantBusy(ADDRESS_BUSY)
         if scope["path"].startswith(TUYA_PATHS):
-            response = envelope(Request(scope), code=TOO_FREQUENT, msg=refusal.message)
+            response: Response | None = envelope(
+                Request(scope), code=TOO_FREQUENT, msg=refusal.message
+            )
+        elif is_page(scope["path"]):
+            response = refusal_page(refusal)
+            response.headers["Retry-After"] = str(refusal.retry_after)
+        else:
+            response = None
+        if response is not None:
             await response(scope, receive, send)
             return
         body = error_body(refusal.code, refusal.message, request_id_of(scope))

@@ -10,13 +10,13 @@ them as it answers any invalid JSON (Band: 422 `validation_failed` naming `body`
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Match, Mount, Route
-from starlette.types import Scope
+from starlette.types import ASGIApp, Scope
 
 
 def parse_json(body: bytes) -> Any:
@@ -63,7 +63,11 @@ class NamedRoute(Route):
 
 class NamedMount(Mount):
     """A mount (the page's static files) that names itself in the request's scope, labelled by
-    its path as `NamedRoute` is."""
+    its path as `NamedRoute` is, and says which methods it serves (a 405's `Allow`)."""
+
+    def __init__(self, path: str, app: ASGIApp, name: str, methods: Iterable[str]):
+        super().__init__(path, app=app, name=name)
+        self.methods = set(methods)
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         match, child = super().matches(scope)

@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from mnemos.errors import invalid_field
 
@@ -236,6 +236,15 @@ class Change:
     by: ChangedBy
     at: datetime
     superseded_by: uuid.UUID | None = None
+
+
+class Batch(NamedTuple):
+    """One transaction of a change made in batches: how many memories it chose, and how many
+    of those it changed (fewer when another writer changed some first). A change is done when a
+    batch chooses fewer than it may; how many it changed says nothing of what is left."""
+
+    chosen: int
+    changed: int
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from mnemos.domain.models import (
     Agent,
     AgentContext,
+    Batch,
     Change,
     ChangedBy,
     ChatRoom,
@@ -260,19 +261,19 @@ class RightsStore(Protocol):
     @abc.abstractmethod
     def expire_memories(
         self, policy: RetentionPolicy, before: datetime, batch: int, by: ChangedBy
-    ) -> int:
+    ) -> Batch:
         """In one transaction, archive up to `batch` active memories of the policy's system
         stored before `before` by the organization (its organization and subject memories, and
         the agent-scoped ones of its people's agents) and not restored since `before`, with
-        their `expired` history; how many."""
+        their `expired` history."""
 
     @abc.abstractmethod
     def restore_expired(
         self, organization_id: uuid.UUID, system: System, batch: int, by: ChangedBy
-    ) -> int:
+    ) -> Batch:
         """In one transaction, make up to `batch` of the organization's memories of `system`
         whose last change was retention's expiry active again, with their `restored`
-        history; how many."""
+        history."""
 
 
 class AccountStore(Protocol):

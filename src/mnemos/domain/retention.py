@@ -55,9 +55,9 @@ class RetentionService:
             raise invalid_field("system", "retention applies to working and sensory memories")
         total = 0
         while True:
-            count = self.store.restore_expired(organization_id, kind, self.batch, by)
-            total += count
-            if count < self.batch:
+            done = self.store.restore_expired(organization_id, kind, self.batch, by)
+            total += done.changed
+            if done.chosen < self.batch:
                 return total
             time.sleep(self.pause_seconds)
 
@@ -69,9 +69,9 @@ class RetentionService:
         for policy in self.store.retention_policies():
             before = now - timedelta(days=policy.days)
             while True:
-                count = self.store.expire_memories(policy, before, self.batch, SERVER)
-                total += count
-                if count < self.batch:
+                done = self.store.expire_memories(policy, before, self.batch, SERVER)
+                total += done.changed
+                if done.chosen < self.batch:
                     break
                 time.sleep(self.pause_seconds)
         return total

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import (
     ActorType,
+    Batch,
     Change,
     ChangedBy,
     EncodedBatch,
@@ -204,7 +205,7 @@ class RightsSql(SqlBase):
 
     def expire_memories(
         self, policy: RetentionPolicy, before: datetime, batch: int, by: ChangedBy
-    ) -> int:
+    ) -> Batch:
         org = policy.organization_id
         restored_since = (
             sa.select(H.pk)
@@ -234,7 +235,7 @@ class RightsSql(SqlBase):
 
     def restore_expired(
         self, organization_id: uuid.UUID, system: System, batch: int, by: ChangedBy
-    ) -> int:
+    ) -> Batch:
         org = organization_id
         # The last change of its status: its agent's deletion since (`source_removed`) leaves
         # the status as retention made it.
@@ -273,20 +274,23 @@ class RightsSql(SqlBase):
         becomes: Status,
         event: HistoryEvent,
         by: ChangedBy,
-    ) -> int:
-        """One batch of retention's changes, with their history; how many."""
+    ) -> Batch:
+        """One batch of retention's changes, with their history."""
         now = utcnow()
         with self._write() as conn:
-            # The status again in the update itself: on PostgreSQL a row another process's pass
-            # changed meanwhile is read again after its lock, and no longer matches.
+            pks = conn.execute(chosen).scalars().all()
+            if not pks:
+                return Batch(0, 0)
+            # The status again in the update itself: on PostgreSQL a row another writer changed
+            # since it was chosen is read again after its lock, and no longer matches.
             changed = conn.execute(
                 memories.update()
-                .where(M.tenant_id == org, M.pk.in_(chosen), M.status == was.value)
+                .where(M.tenant_id == org, M.pk.in_(pks), M.status == was.value)
                 .values(status=becomes.value, updated_at=now)
                 .returning(M.id, M.subject_id)
             ).all()
             record(conn, (history_row(org, i, s, event, by, now) for i, s in changed))
-        return len(changed)
+        return Batch(len(pks), len(changed))
 
 
 def _retained(org: uuid.UUID, system: System) -> sa.ColumnElement[bool]:

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mnemos.api.routing import NamedMount
 from mnemos.api.ui import account, memories
-from mnemos.api.ui.web import COOKIE_PATH, HOME, SECURITY_HEADERS, STATIC_DIR, error_page
+from mnemos.api.ui.web import HOME, STATIC_DIR, is_page, refusal_page
 from mnemos.errors import MnemosError
 
 
@@ -27,7 +27,7 @@ def install_ui(app: FastAPI) -> None:
     # The pages that count the requests carrying a session cookie (`access.counted_by_page`).
     app.state.page_routes = [*account.router.routes, *memories.router.routes]
     static = StaticFiles(directory=STATIC_DIR)
-    app.router.routes.append(NamedMount("/ui/static", app=static, name="ui-static"))
+    app.router.routes.append(NamedMount("/ui/static", static, "ui-static", ("GET", "HEAD")))
     _answer_pages_errors_as_pages(app)
 
     @app.get("/ui", include_in_schema=False)
@@ -44,14 +44,12 @@ def _answer_pages_errors_as_pages(app: FastAPI) -> None:
     async def answer(request: Request, exc: Exception) -> Response:
         given = api_answer(request, exc)
         found: Response = await given if inspect.isawaitable(given) else given
-        path = request.url.path
-        if path != COOKIE_PATH and not path.startswith(COOKIE_PATH + "/"):
+        if not is_page(request.url.path):
             return found
         error = orjson.loads(bytes(found.body))["error"]
         refusal = MnemosError(error["message"])
         refusal.status, refusal.code = found.status_code, error["code"]
-        page = error_page(refusal)
-        page.headers.update(SECURITY_HEADERS)
+        page = refusal_page(refusal)
         if "allow" in found.headers:
             page.headers["Allow"] = found.headers["allow"]
         return page

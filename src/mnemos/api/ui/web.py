@@ -219,6 +219,19 @@ def error_page(exc: MnemosError, who: SignedIn | None = None) -> HTMLResponse:
     )
 
 
+def is_page(path: str) -> bool:
+    """Whether a path is the web page's (its refusals are pages, not the API's JSON)."""
+    return path == COOKIE_PATH or path.startswith(COOKIE_PATH + "/")
+
+
+def refusal_page(exc: MnemosError) -> HTMLResponse:
+    """The error page with the page's security headers, for a refusal answered before any of
+    the page's routes ran (a path or method none serves, a middleware's refusal)."""
+    answer = error_page(exc)
+    answer.headers.update(SECURITY_HEADERS)
+    return answer
+
+
 SESSION_STATE = "ui_session"  # the session the page read, for `signed_in`
 
 
