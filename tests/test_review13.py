@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.storage.base import Store
-from tests.api.asgi_calls import SlowUpload, finish, http_scope
+from tests.api.asgi_calls import SlowUpload, finish, http_scope, start_slow_uploads
 from tests.api.test_ui_http import signed_in
 from tests.world import World, memory_body
 
@@ -136,6 +136,29 @@ def test_anonymous_requests_do_not_lock_keys_and_pages_of_their_address_out(
             for download in downloads:
                 client.portal.call(download.gone.set)
     assert (api.status_code, page.status_code) == (200, 200), (api.text, page.status_code)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review13: a page refused for its address before its body is the API's JSON",
+)
+def test_a_page_refused_for_its_address_is_a_page(app: FastAPI, world: World) -> None:
+    """Since the body-phase slot a signed-in person's page takes its address's slot in
+    `AccessMiddleware`, whose refusal (`_busy`) is the API's JSON without the page's security
+    headers: the person's browser shows raw JSON (an error page elsewhere, "Pages' 404 and 405
+    are pages"; the tenant's refusal is a page, `test_the_web_page_refuses_with_a_page`)."""
+    ann = world.user("Ann", "r13-page")
+    with TestClient(app) as client:
+        signed_in(client, ann)
+        uploads = [SlowUpload(app, BASE, {}, "testclient") for _ in range(SHARE)]
+        start_slow_uploads(client, uploads)  # bodies still arriving from the person's address
+        try:
+            page = client.get("/ui/agents")
+        finally:
+            finish(client, uploads)
+    assert page.status_code == 429
+    assert "text/html" in page.headers["content-type"], page.text
+    assert "frame-ancestors" in page.headers.get("content-security-policy", "")
 
 
 @pytest.mark.xfail(
