@@ -113,6 +113,25 @@ def test_backup_of_postgresql_points_at_pg_dump(database_url: str, tmp_path: Pat
     assert "pg_dump" in done.stderr
 
 
+def test_a_backup_into_a_directory_that_is_not_there_is_refused_in_the_usual_shape(
+    client: TestClient, database_url: str, tmp_path: Path
+) -> None:
+    """`--out` in a directory that does not exist is the JSON refusal (it was a traceback)."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("SQLite only (PostgreSQL: pg_dump)")
+    out = tmp_path / "missing" / "x.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "mnemos", "backup", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MNEMOS_DATABASE_URL": database_url},
+        timeout=120,
+    )
+    assert done.returncode == 1, done
+    refusal = json.loads(done.stderr.strip().splitlines()[-1])["error"]
+    assert refusal["code"] == "backup_failed" and "missing" in refusal["message"], done.stderr
+
+
 def test_postgresql_restore_drill(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:

@@ -50,6 +50,10 @@ def test_doctor_reports_each_problem(database_url: str) -> None:
     assert code == 1 and findings["database"]["level"] == "problem"
     code, findings = doctor(database_url, MNEMOS_SQLITE_SYNCHRONOUS="SOMETIMES")
     assert code == 1 and findings["configuration"]["level"] == "problem"
+    if database_url.startswith("sqlite"):  # settings `serve` refuses, as `serve` does
+        replica = "postgresql://x@127.0.0.1/replica"
+        code, findings = doctor(database_url, MNEMOS_DATABASE_REPLICA_URLS=replica)
+        assert code == 1 and "REPLICA" in findings["configuration"]["detail"], findings
 
     engine = sa.create_engine(driver_url(database_url))
     with engine.begin() as conn:

@@ -1,8 +1,8 @@
 """Fifth hostile review (review13): findings in the body-phase slot, the 405's `Allow` and
 `restore-expired` under concurrent writers.
 
-Each test states the behaviour the finding asks for and fails on main for the finding's reason
-(strict xfails: `--runxfail` shows the failure)."""
+Each test states the behaviour the finding asks for and failed, when written, for the finding's
+reason; all are fixed (docs/decisions.md, "Fifth hostile review: what was fixed")."""
 
 from __future__ import annotations
 
@@ -46,10 +46,6 @@ def wait_until(client: TestClient, done: Any, what: str) -> None:
 # --- 1. the body-phase slot ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review13: /healthz is exempt from the address's slot but its body is still read",
-)
 def test_slow_bodies_to_the_health_check_are_bounded_per_address(app: FastAPI) -> None:
     """`AccessMiddleware` exempts `/healthz` from every slot, yet `BodyLimitMiddleware` reads
     any request's body first: POST (or GET) /healthz with a trickled body holds one of the
@@ -103,11 +99,6 @@ class UnreadDownload:
         await self.app(self.scope, receive, send)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review13: anonymous requests past their bodies refuse every credentialed request "
-    "and signed-in page of their address",
-)
 def test_anonymous_requests_do_not_lock_keys_and_pages_of_their_address_out(
     app: FastAPI, world: World
 ) -> None:
@@ -138,10 +129,6 @@ def test_anonymous_requests_do_not_lock_keys_and_pages_of_their_address_out(
     assert (api.status_code, page.status_code) == (200, 200), (api.text, page.status_code)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review13: a page refused for its address before its body is the API's JSON",
-)
 def test_a_page_refused_for_its_address_is_a_page(app: FastAPI, world: World) -> None:
     """Since the body-phase slot a signed-in person's page takes its address's slot in
     `AccessMiddleware`, whose refusal (`_busy`) is the API's JSON without the page's security
@@ -150,8 +137,11 @@ def test_a_page_refused_for_its_address_is_a_page(app: FastAPI, world: World) ->
     ann = world.user("Ann", "r13-page")
     with TestClient(app) as client:
         signed_in(client, ann)
-        uploads = [SlowUpload(app, BASE, {}, "testclient") for _ in range(SHARE)]
-        start_slow_uploads(client, uploads)  # bodies still arriving from the person's address
+        # Bodies still arriving from the person's address (with a key: requests without one
+        # hold the address's other count, which never refuses a signed-in page).
+        made_up = {"X-API-Key": "mn_made_up"}
+        uploads = [SlowUpload(app, BASE, made_up, "testclient") for _ in range(SHARE)]
+        start_slow_uploads(client, uploads)
         try:
             page = client.get("/ui/agents")
         finally:
@@ -161,11 +151,6 @@ def test_a_page_refused_for_its_address_is_a_page(app: FastAPI, world: World) ->
     assert "frame-ancestors" in page.headers.get("content-security-policy", "")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review13: a made-up credential header frees a request to a path that never "
-    "authenticates from its address's limits",
-)
 def test_a_made_up_key_on_a_public_path_is_counted_against_its_address(
     settings: Settings, store: Store
 ) -> None:
@@ -184,9 +169,6 @@ def test_a_made_up_key_on_a_public_path_is_counted_against_its_address(
 # --- 2. Allow on 405s ------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review13: a 405 from the static files' mount answers an empty Allow"
-)
 def test_a_405_on_a_static_file_names_the_methods_it_serves(client: TestClient) -> None:
     """`allowed_methods` asks `Route`s only; `/ui/static` is a `Mount` (StaticFiles, GET and
     HEAD), so POST /ui/static/ui.css answers 405 with `Allow:` empty, which says no method is
@@ -221,11 +203,6 @@ def expired_memories(client: TestClient, world: World, store: Store, count: int)
     return org
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review13: restore-expired stops at the first short batch: a person's concurrent "
-    "restore of one chosen memory leaves the rest archived",
-)
 def test_restore_expired_brings_back_every_memory_while_a_person_restores_one(
     client: TestClient, world: World, store: Store, settings: Settings
 ) -> None:

@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection, make_url
 
 from mnemos.config import Settings, load_settings
 from mnemos.domain.tuya_auth import MAX_SKEW_MS
-from mnemos.storage import alembic_config, backend
+from mnemos.storage import alembic_config, backend, check_settings
 from mnemos.storage.sql_base import EVERY_TENANT
 
 Level = Literal["ok", "warn", "problem"]
@@ -52,7 +52,7 @@ def examine(**overrides: Any) -> list[Finding]:
     try:
         settings = load_settings(**overrides)
         url = settings.resolved_database_url()
-        backend(url)
+        check_settings(settings)  # what `serve` refuses (read replicas on SQLite, ...)
     except (ValidationError, ValueError) as exc:
         return [Finding("configuration", "problem", str(exc).replace("\n", " "))]
     findings = [_configuration(settings)]

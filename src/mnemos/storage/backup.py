@@ -64,16 +64,22 @@ def backup_sqlite(source: Path, out: Path) -> dict[str, object]:
             "choose another --out",
             {"out": str(out)},
         )
+    if not out.parent.is_dir():
+        raise BackupFailed(f"No directory {out.parent} to write the backup in", {"out": str(out)})
     partial = out.with_name(out.name + ".partial")
-    partial.unlink(missing_ok=True)
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
-    dst = sqlite3.connect(partial)
     try:
-        src.backup(dst, pages=PAGES_PER_STEP)
-        dst.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
-    finally:
-        dst.close()
-        src.close()
+        partial.unlink(missing_ok=True)
+        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
+        dst = sqlite3.connect(partial)
+        try:
+            src.backup(dst, pages=PAGES_PER_STEP)
+            dst.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+        finally:
+            dst.close()
+            src.close()
+    except (OSError, sqlite3.Error) as exc:  # a directory not writable, a full disk
+        partial.unlink(missing_ok=True)
+        raise BackupFailed(f"The copy could not be written: {exc}", {"out": str(out)}) from None
     verdict = integrity(partial)
     if verdict != "ok":
         partial.unlink(missing_ok=True)
