@@ -113,8 +113,9 @@ def test_backup_of_postgresql_points_at_pg_dump(database_url: str, tmp_path: Pat
     assert "pg_dump" in done.stderr
 
 
+@pytest.mark.usefixtures("store")  # the database is there
 def test_a_backup_into_a_directory_that_is_not_there_is_refused_in_the_usual_shape(
-    client: TestClient, database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path
 ) -> None:
     """`--out` in a directory that does not exist is the JSON refusal (it was a traceback)."""
     if not database_url.startswith("sqlite"):
