@@ -187,7 +187,8 @@ def test_revoke_tokens(database_url: str, store: Store, world: World) -> None:
     verifier = TokenVerifier(Settings(database_url=database_url), store)
     before = issue_token(store, uuid.UUID(ann.id), 600)
     assert str(verifier.user(before).user.id) == ann.id
-    assert admin_ok(database_url, "revoke-tokens", "--user", ann.id)["ok"] is True
+    revoked = admin_ok(database_url, "revoke-tokens", "--user", ann.id)
+    assert revoked["ok"] is True and revoked["tokens_valid_after"].endswith("Z")
     after = admin_ok(database_url, "create-token", "--user", ann.id, "--ttl", "60")["token"]
     with pytest.raises(Unauthorized):
         verifier.user(before)

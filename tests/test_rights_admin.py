@@ -70,6 +70,7 @@ def test_export_then_erase_a_subject(
 
     erased = ok(database_url, "admin", "erase-subject", "--user", ann.id)
     assert (erased["user"], erased["erased"]) == (ann.id, 3)
+    assert erased["at"].endswith("Z")  # times as the API writes them
     assert ok(database_url, "admin", "erase-subject", "--user", ann.id)["erased"] == 0
     assert client.get("/api/v1/me/memories/count", headers=ann.headers).json()["data"]["count"] == 0
     assert client.get(f"/api/v1/me/memories/{about_bob}", headers=bob.headers).status_code == 200

@@ -181,6 +181,23 @@ def test_a_database_that_holds_data_is_refused_unless_merged(
                 assert merged.get("/api/v1/me/profile", headers=person.headers).status_code == 200
 
 
+def test_a_merged_person_whose_email_is_another_persons_is_refused_by_name(
+    world: World, database_url: str, tmp_path: Path
+) -> None:
+    """A new person of the file whose email the target gives another person was skipped as
+    if held, and the import then failed on their agent's foreign key, naming neither."""
+    world.agent(world.user("Ann", "acme"))  # ann1@example.test, with an agent
+    export = dump(database_url)
+    with fresh("sqlite", tmp_path / "other") as other:
+        with client_on(other) as other_client:
+            World(other_client.app.state.services.store).user("Ann")  # ann1@..., another person
+        before = dump(other)
+        with pytest.raises(TransferError, match="same email") as refused:
+            import_database(other, [*io.BytesIO(export)], merge=True)
+        assert refused.value.details["table"] == "users"
+        assert rows_of(dump(other)) == rows_of(before)  # nothing imported
+
+
 def test_a_file_from_before_tenants_gets_them_on_import(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:

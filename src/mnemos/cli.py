@@ -17,6 +17,7 @@ import click
 from mnemos.cli_ops import refusals, register
 from mnemos.config import Settings, load_settings
 from mnemos.domain import accounts
+from mnemos.domain.ids import iso
 from mnemos.domain.tuya import ROLE_ID
 from mnemos.domain.tuya_auth import new_project_credentials
 from mnemos.errors import NotFound, invalid_field
@@ -272,7 +273,7 @@ def revoke_tokens(user_id: uuid.UUID, database_url: str | None) -> None:
     """Refuse every bearer token issued to a person until now (their API key keeps working)."""
     with _admin_store(database_url) as store:
         revoked_at = accounts.revoke_tokens(store, user_id)
-        _emit({"ok": True, "tokens_valid_after": revoked_at.isoformat()})
+        _emit({"ok": True, "tokens_valid_after": iso(revoked_at)})
 
 
 @_admin_command
@@ -366,7 +367,7 @@ def erase_subject(user_id: uuid.UUID, yes: bool, database_url: str | None) -> No
                 "user": str(user_id),
                 "erased": erasure.erased,
                 "erasure_id": str(erasure.id),
-                "at": erasure.at.isoformat(),
+                "at": iso(erasure.at),
             }
         )
 

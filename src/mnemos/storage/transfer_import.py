@@ -265,8 +265,40 @@ def _flush(
         except bad_data_errors(conn) as exc:
             raise refusal(exc, name) from None
     written = _count(conn, target.table) - before
+    if written < len(rows):
+        _refuse_clashes(conn, target.table, rows, first_line)
     summary.skipped[name] = summary.skipped.get(name, 0) + len(batch) - written
     summary.rows[name] = summary.rows.get(name, 0) + written
+
+
+def _refuse_clashes(
+    conn: Connection, table: sa.Table, rows: list[dict[str, Any]], first_line: int
+) -> None:
+    """With --merge, a row is skipped because the target holds its key; one the target does
+    not hold after the batch went in was skipped for clashing with another row on some other
+    unique column (a person's email that is another person's there): refused, naming them,
+    instead of going on without it (the rows that point at it would fail on their foreign
+    key, a refusal that names neither)."""
+    key = [column.name for column in table.primary_key.columns]
+    unique = sorted(
+        {
+            column.name
+            for constraint in table.constraints
+            if isinstance(constraint, sa.UniqueConstraint)
+            for column in constraint.columns
+        }
+        | {column.name for column in table.columns if column.unique}
+    )
+    if not unique or not all(name in rows[0] for name in key):
+        return
+    held = _held_keys(conn, table, tuple(key), rows)
+    for offset, row in enumerate(rows):
+        if tuple(row[name] for name in key) not in held:
+            raise TransferError(
+                f"Line {first_line + offset}: with --merge this {table.name} row is new but "
+                f"another row of the target has the same {' or '.join(unique)}; nothing imported",
+                {"line": first_line + offset, "table": str(table.name), "columns": unique},
+            )
 
 
 GRAFTS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
