@@ -154,6 +154,25 @@ def test_a_flood_of_invalid_keys_from_one_address_is_refused(
         assert other.get(BASE, headers=agent.headers).status_code == 200
 
 
+def test_an_ipv6_client_is_counted_by_its_64(settings: Settings, store: Store) -> None:
+    """Every address of an IPv6 /64 is one client's: a flood of invalid keys spread over its
+    addresses meets one failure limit, and requests without a key one per-minute limit."""
+    app = create_app(failures_limited(settings), store)
+    site = [TestClient(app, client=(f"2001:db8:7:7::{n:x}", 1)) for n in range(1, 5)]
+    elsewhere = TestClient(app, client=("2001:db8:7:8::1", 1))
+    with site[0], site[1], site[2], site[3], elsewhere:
+        for n, client in enumerate(site[:3]):
+            error(client.get(BASE, headers={"X-API-Key": f"mn_agent_bad{n}"}), 401, "unauthorized")
+        refused = error(site[3].get(BASE, headers={"X-API-Key": "mn_bad"}), 429, "rate_limited")
+        assert "failed authentications" in refused["message"]
+        error(elsewhere.get(BASE, headers={"X-API-Key": "mn_bad"}), 401, "unauthorized")
+    app = create_app(limited(settings), store)
+    site = [TestClient(app, client=(f"2001:db8:9:9::{n:x}", 1)) for n in range(1, 7)]
+    with site[0], site[1], site[2], site[3], site[4], site[5]:
+        answers = [client.get("/openapi.json").status_code for client in site]
+    assert answers == [200] * 5 + [429]
+
+
 def test_failed_tuya_signatures_count_too(settings: Settings, store: Store, world: World) -> None:
     org = world.org("rl-tuya")
     store.create_tuya_project("rl-client", "s" * 32, uuid.UUID(org))

@@ -10,6 +10,7 @@ at all are counted against their address by `AccessMiddleware`.
 
 from __future__ import annotations
 
+import ipaddress
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -35,9 +36,24 @@ BUSY_STATE = "tenant_busy"  # set on a request refused for its tenant's share (m
 ADDRESS_BUSY = "Too many requests from this address are in flight; retry shortly"
 
 
+IPV6_CLIENT_PREFIX = 64  # one client's share of IPv6 addresses: a site is given a /64 or more
+
+
 def client_address(scope: Scope) -> str:
+    """The client a request is counted against by address: its IPv4 address, or the /64 its
+    IPv6 address lies in (one client holds every address of its /64: counted one by one, each
+    limit would be multiplied by 2**64)."""
     client = scope.get("client") or ("unknown", 0)
-    return str(client[0])
+    address = str(client[0])
+    if ":" not in address:
+        return address
+    try:
+        found = ipaddress.IPv6Address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if found.ipv4_mapped is not None:
+        return str(found.ipv4_mapped)
+    return str(ipaddress.IPv6Network((found, IPV6_CLIENT_PREFIX), strict=False))
 
 
 def limiters(request: Request) -> Limiters:
