@@ -31,7 +31,7 @@ from sqlalchemy.engine import Dialect
 
 from mnemos.domain.models import EncodedBatch
 from mnemos.storage.sql_conditions import tenants_of
-from mnemos.storage.sql_export import Key, about_params, encoded_batch, encoded_statements
+from mnemos.storage.sql_export import Key, about_params, batch_of, encoded_statements
 
 PIPELINED_EXPORTS = 2
 """Exports at once per store that read ahead: each holds a connection from its first batch to
@@ -40,6 +40,7 @@ batch), so slow downloads cannot take the pool from everyone else."""
 
 
 KEPT_AS_TEXT = ("uuid", "timestamptz")
+OWNERS, LINE = 3, 4  # `about_statement`'s columns
 
 
 class Statements:
@@ -92,11 +93,21 @@ def _batches(
         assert row is not None
         last: Key = (row[0], row[1], row[2])
         following = _send(raw, statements, subject, last, limit) if count == limit else None
-        cursor.scroll(0, "absolute")
-        found, _ = encoded_batch(subject, cursor.fetchall())
+        found = _raw_batch(subject, cursor, count)
         cursor.close()
         yield found, last
         cursor = following
+
+
+def _raw_batch(subject: uuid.UUID, cursor: psycopg.Cursor[Any], count: int) -> EncodedBatch:
+    """The batch's lines and owners' keys as the bytes PostgreSQL sent (text columns): no row
+    tuple and no `str` per memory."""
+    result = cursor.pgresult
+    assert result is not None
+    value = result.get_value
+    lines = [value(row, LINE) for row in range(count)]
+    keys = [value(row, OWNERS) for row in range(count)]
+    return batch_of(subject, lines, keys)  # type: ignore[arg-type]  # NOT NULL columns
 
 
 def _send(

@@ -134,18 +134,25 @@ def history_array(dialect: str, table: str) -> str:
     )
 
 
+def _utf8(dialect: str, text: str) -> str:
+    # PostgreSQL's text is its UTF-8 bytes on the wire (read raw by `pg_export`); SQLite gives
+    # a BLOB as bytes: either way no `str` is decoded per memory only to be encoded again.
+    return f"({text})::text" if dialect == "postgresql" else f"CAST({text} AS BLOB)"
+
+
 def line_object(dialect: str, table: str) -> str:
-    """The SQL of one export line as text: the memory's JSON object with its `"history"` last."""
+    """The SQL of one export line as UTF-8: the memory's JSON object with its `"history"` last."""
     line = memory_object(dialect, table, ("history", history_array(dialect, table)))
-    return f"{line}::text" if dialect == "postgresql" else line  # psycopg would decode JSON
+    return _utf8(dialect, line)
 
 
 def owners_key(dialect: str, table: str) -> str:
     """The SQL of a text naming a memory's source agent and room (its subject is the export's)."""
     as_text = "::text" if dialect == "postgresql" else ""
-    return (
+    return _utf8(
+        dialect,
         f"coalesce({table}.source_agent_id{as_text}, '') || ' ' || "
-        f"coalesce({table}.chat_room_id{as_text}, '')"
+        f"coalesce({table}.chat_room_id{as_text}, '')",
     )
 
 
@@ -214,12 +221,21 @@ def read_batch(
 def encoded_batch(subject: uuid.UUID, rows: Sequence[Any]) -> tuple[EncodedBatch, Key | None]:
     """The batch of `about_statement`'s rows, and its last memory's key. Per row, only its line
     and its owners' key are kept: no value is parsed or built per memory."""
-    keys = [row[3] for row in rows]
-    owners = {key: _owners(subject, key) for key in set(keys)}
     last = (rows[-1][0], rows[-1][1], rows[-1][2]) if rows else None
-    return EncodedBatch([row[4] for row in rows], keys, owners), last
+    lines, keys = [_bytes(row[4]) for row in rows], [_bytes(row[3]) for row in rows]
+    return batch_of(subject, lines, keys), last
 
 
-def _owners(subject: uuid.UUID, key: str) -> Owners:
-    agent, _, room = key.partition(" ")
+def batch_of(subject: uuid.UUID, lines: list[bytes], keys: list[bytes]) -> EncodedBatch:
+    """The batch of these lines and owners' keys (`about_statement`'s last two columns)."""
+    return EncodedBatch(lines, keys, {key: _owners(subject, key) for key in set(keys)})
+
+
+def _bytes(value: bytes | str) -> bytes:
+    # SQLAlchemy's psycopg gives PostgreSQL's text as `str` (the batch-by-batch path).
+    return value.encode() if isinstance(value, str) else value
+
+
+def _owners(subject: uuid.UUID, key: bytes) -> Owners:
+    agent, _, room = key.decode().partition(" ")
     return subject, uuid.UUID(agent) if agent else None, uuid.UUID(room) if room else None
