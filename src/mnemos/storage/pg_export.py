@@ -4,9 +4,10 @@ caller encodes and writes this one, on the export's one connection and with no t
 Batch after batch as `sql_export.read_batch` reads them (the person's tenants, then the keyset
 statement after the previous batch's last memory), in psycopg's pipeline mode: once a batch has
 arrived, its last memory is read (one row converted), the next batch's statement is sent, and
-only then are this batch's rows converted and handed over. The server spends 12-15 us a memory
-building the lines, the caller 8-10 us encoding and writing them: one after the other the export
-reached 30-47k memories/s at 1,000,000 (BENCHMARKS.md, issue 15).
+only then are this batch's lines taken from the result, as the bytes PostgreSQL sent, and
+handed over. The server spent 12-15 us a memory building the lines (8-9 us since export13), the
+caller 8-10 us encoding and writing them: one after the other the export reached 30-47k
+memories/s at 1,000,000 (BENCHMARKS.md, issue 15).
 
 What an export sees is what the per-batch path sees: each statement reads its own snapshot
 (READ COMMITTED), each batch starts after the previous batch's last memory, and the tenants are
