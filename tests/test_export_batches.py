@@ -22,6 +22,7 @@ from mnemos.domain.models import Scope
 from mnemos.storage.base import Store
 from mnemos.storage.pg_export import PIPELINED_EXPORTS
 from mnemos.storage.postgres import PostgresStore
+from mnemos.storage.sql_export import line_object
 from tests.world import World, agent_memory
 
 
@@ -54,6 +55,7 @@ def test_every_memory_once_in_order_at_any_batch_size(
     exported = [json.loads(line)["id"] for batch in batches for line in batch.lines]
     assert exported == expected
     for batch in batches:
+        assert all(isinstance(line, bytes) for line in batch.lines)  # as the database sent it
         assert len(batch.keys) == len(batch.lines)
         assert set(batch.keys) == set(batch.owners)
 
@@ -136,3 +138,58 @@ def test_only_a_few_exports_at_once_hold_a_connection(
         assert pool.checkedout() == 0
     finally:
         pg.close()
+
+
+_JSON_BUILD_OBJECT_LINE = """json_build_object(
+    'id', m.id, 'content', m.content, 'thought', m.thought, 'system', m.system, 'type', m.type,
+    'segment', m.segment, 'scope', m.scope, 'subject_id', m.subject_id,
+    'organization_id', m.organization_id, 'source_agent_id', m.source_agent_id,
+    'chat_room_id', m.chat_room_id, 'metadata', coalesce(m.metadata::json, '{}'::json),
+    'status', m.status,
+    'inserted_at', to_char(m.inserted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+    'updated_at', to_char(m.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+    'history', (SELECT coalesce(json_agg(json_build_object(
+        'event', h.event, 'actor', json_build_object('type', h.actor_type, 'id', h.actor_id),
+        'request_id', h.request_id, 'superseded_by', h.superseded_by,
+        'at', to_char(h.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+    ) ORDER BY h.pk), '[]'::json) FROM memory_history h
+    WHERE h.tenant_id = m.tenant_id AND h.memory_id = m.id))::text"""
+
+
+def test_postgresql_writes_the_bytes_json_build_object_writes(
+    world: World, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL's lines are concatenated, not built by `json_build_object`: byte for byte what
+    `json_build_object` writes, escapes, nulls, stored metadata text and histories included."""
+    _pg_store(store, monkeypatch, timeout_ms=15_000).close()
+    contents = ['say "hi" \\ back', "tab\tnew\nline\x01\x1f end", "é ✓ 😀 \u2028", "x"]
+    person = _about(world, store, len(contents))
+    memories = list(store.memories_about(person, after=None, limit=100))
+    url = _url(store).replace("postgresql+psycopg", "postgresql")
+    with psycopg.connect(url, autocommit=True) as conn:
+        for memory, content in zip(memories, contents, strict=True):
+            conn.execute("UPDATE memories SET content = %s WHERE id = %s", (content, memory.id))
+        first, second = memories[0].id, memories[1].id
+        conn.execute(
+            "UPDATE memories SET thought = %s, chat_room_id = NULL, metadata = %s::json "
+            "WHERE id = %s",
+            ('a "thought"\n', '{"b" :  1e20, "a": [-0.0, "\\u00e9"]}', first),
+        )
+        conn.execute(
+            "INSERT INTO memory_history (tenant_id, memory_id, subject_id, event, actor_type, "
+            "actor_id, request_id, superseded_by, at) SELECT tenant_id, id, subject_id, "
+            "'superseded', 'user', NULL, %s, %s, now() FROM memories WHERE id = %s",
+            ('req "1"\\', second, first),
+        )
+        conn.execute("DELETE FROM memory_history WHERE memory_id = %s", (second,))
+        rows = conn.execute(
+            f"SELECT {line_object('postgresql', 'm')}, {_JSON_BUILD_OBJECT_LINE} "
+            "FROM memories m WHERE m.subject_id = %s ORDER BY m.id",
+            (person,),
+        ).fetchall()
+    assert len(rows) == len(contents)
+    for ours, reference in rows:
+        assert ours == reference
+        json.loads(ours)
+    assert any(len(json.loads(ours)["history"]) == 2 for ours, _ in rows)
+    assert any(json.loads(ours)["history"] == [] for ours, _ in rows)

@@ -123,17 +123,17 @@ def encoded_lines(
     """`ndjson_lines` from an export the database encoded: each memory's JSON object (history
     included) with its display names spliced in before its closing brace; one chunk per batch,
     encoded once (the same lines, field for field)."""
-    tails: dict[Owners, str] = {}
+    tails: dict[Owners, bytes] = {}
     for found, shown in batches:
-        by_key: dict[str, str] = {}
+        by_key: dict[bytes, bytes] = {}
         for key, owners in found.owners.items():
             tail = tails.get(owners)
             if tail is None:
-                tail = tails[owners] = "," + orjson.dumps(shown[owners])[1:-1].decode() + "}"
+                tail = tails[owners] = b"," + orjson.dumps(shown[owners])[1:-1] + b"}"
             by_key[key] = tail
         lines = [line[:-1] + by_key[key] for line, key in zip(found.lines, found.keys, strict=True)]
-        lines.append("")
-        yield "\n".join(lines).encode()
+        lines.append(b"")
+        yield b"\n".join(lines)
 
 
 RIGHTS_THREADS = 2

@@ -276,8 +276,9 @@ class EncodedBatch:
     """A batch of an export as the database wrote it (no domain object per memory): per memory,
     one JSON object, the memory in the wire form of `Memory` with its `"history"` (the wire form
     of its `Change`s) last, and the key of its owners (for display names); `owners` maps each
-    key of the batch to its subject, source agent and chat room."""
+    key of the batch to its subject, source agent and chat room. Lines and keys are UTF-8, as
+    the database sent them."""
 
-    lines: list[str]
-    keys: list[str]
-    owners: dict[str, Owners]
+    lines: list[bytes]
+    keys: list[bytes]
+    owners: dict[bytes, Owners]

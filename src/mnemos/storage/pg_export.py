@@ -4,9 +4,10 @@ caller encodes and writes this one, on the export's one connection and with no t
 Batch after batch as `sql_export.read_batch` reads them (the person's tenants, then the keyset
 statement after the previous batch's last memory), in psycopg's pipeline mode: once a batch has
 arrived, its last memory is read (one row converted), the next batch's statement is sent, and
-only then are this batch's rows converted and handed over. The server spends 12-15 us a memory
-building the lines, the caller 8-10 us encoding and writing them: one after the other the export
-reached 30-47k memories/s at 1,000,000 (BENCHMARKS.md, issue 15).
+only then are this batch's lines taken from the result, as the bytes PostgreSQL sent, and
+handed over. The server spent 12-15 us a memory building the lines (8-9 us since export13), the
+caller 8-10 us encoding and writing them: one after the other the export reached 30-47k
+memories/s at 1,000,000 (BENCHMARKS.md, issue 15).
 
 What an export sees is what the per-batch path sees: each statement reads its own snapshot
 (READ COMMITTED), each batch starts after the previous batch's last memory, and the tenants are
@@ -31,7 +32,7 @@ from sqlalchemy.engine import Dialect
 
 from mnemos.domain.models import EncodedBatch
 from mnemos.storage.sql_conditions import tenants_of
-from mnemos.storage.sql_export import Key, about_params, encoded_batch, encoded_statements
+from mnemos.storage.sql_export import Key, about_params, batch_of, encoded_statements
 
 PIPELINED_EXPORTS = 2
 """Exports at once per store that read ahead: each holds a connection from its first batch to
@@ -40,6 +41,7 @@ batch), so slow downloads cannot take the pool from everyone else."""
 
 
 KEPT_AS_TEXT = ("uuid", "timestamptz")
+OWNERS, LINE = 3, 4  # `about_statement`'s columns
 
 
 class Statements:
@@ -92,11 +94,21 @@ def _batches(
         assert row is not None
         last: Key = (row[0], row[1], row[2])
         following = _send(raw, statements, subject, last, limit) if count == limit else None
-        cursor.scroll(0, "absolute")
-        found, _ = encoded_batch(subject, cursor.fetchall())
+        found = _raw_batch(subject, cursor, count)
         cursor.close()
         yield found, last
         cursor = following
+
+
+def _raw_batch(subject: uuid.UUID, cursor: psycopg.Cursor[Any], count: int) -> EncodedBatch:
+    """The batch's lines and owners' keys as the bytes PostgreSQL sent (text columns): no row
+    tuple and no `str` per memory."""
+    result = cursor.pgresult
+    assert result is not None
+    value = result.get_value
+    lines = [value(row, LINE) for row in range(count)]
+    keys = [value(row, OWNERS) for row in range(count)]
+    return batch_of(subject, lines, keys)  # type: ignore[arg-type]  # NOT NULL columns
 
 
 def _send(
