@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain.ports import Embedder
-from mnemos.domain.probes import Beside
+from mnemos.domain.probes import Probes
 from mnemos.errors import EmbedderUnavailable
 from mnemos.indexer import drain
 from mnemos.storage.base import Store
@@ -98,7 +98,7 @@ def stored(
 
 
 @contextmanager
-def served(settings: Settings, store: Store, watched: Embedder) -> Iterator[TestClient]:
+def served(settings: Settings, store: Store, watched: Watched) -> Iterator[TestClient]:
     with TestClient(create_app(settings, store, watched), raise_server_exceptions=False) as client:
         yield client
 
@@ -184,54 +184,9 @@ def test_a_search_that_fails_leaves_no_embedding_running(
     assert response.json()["error"]["code"] == "internal_error"
 
 
-def test_a_first_page_keeps_its_answer_while_its_rows_are_read(
-    settings: Settings,
-    store: Store,
-    embedder: Embedder,  # noqa: F811
-    acme: dict[str, Actor],  # noqa: F811
-    stored: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A first page with more after it keeps the answer on another thread while the request's
-    thread reads the page's rows (before, the keep came after them); the cursor still serves
-    the rest, each memory once."""
-    began = threading.Event()
-    keeping: list[int] = []
-    reading: list[tuple[int, bool]] = []
-    keep, rows = store.keep_search, store.list_memories
-
-    def kept(*args: Any) -> None:
-        keeping.append(threading.get_ident())
-        began.set()
-        keep(*args)
-
-    def read(*args: Any, **kwargs: Any) -> Any:
-        reading.append((threading.get_ident(), began.wait(WAIT)))
-        return rows(*args, **kwargs)
-
-    with served(settings, store, embedder) as client:
-        monkeypatch.setattr(store, "keep_search", kept)
-        monkeypatch.setattr(store, "list_memories", read)
-        first = search(client, acme["writer"], QUESTION, mode="semantic", limit=2)
-        monkeypatch.undo()
-        assert first["meta"]["has_more"] is True
-        assert reading[0][1] is True and keeping and keeping[0] != reading[0][0]
-        rest = search(
-            client,
-            acme["writer"],
-            QUESTION,
-            mode="semantic",
-            limit=50,
-            cursor=first["meta"]["next_cursor"],
-        )
-        everything = search(client, acme["writer"], QUESTION, mode="semantic", limit=50)
-    assert ids(first) + ids(rest) == ids(everything)
-    assert stored in ids(everything)
-
-
 def test_an_embedding_not_started_is_cancelled(embedder: Embedder) -> None:  # noqa: F811
     """With every thread busy, a probe left unused is cancelled at the block's end, not run."""
-    probes = Beside(threads=1)
+    probes = Probes(embedder, threads=1)
     busy = threading.Event()
     release = threading.Event()
 
@@ -241,12 +196,12 @@ def test_an_embedding_not_started_is_cancelled(embedder: Embedder) -> None:  # n
 
     blocker = probes._executor().submit(occupy)
     assert busy.wait(WAIT)
-    with probes.ahead(embedder, QUESTION) as probe:
+    with probes.ahead(QUESTION) as probe:
         pass
     release.set()
     blocker.result()
     assert probe._future.cancelled()
-    with probes.ahead(embedder, QUESTION) as probe:
+    with probes.ahead(QUESTION) as probe:
         vector = probe()
     np.testing.assert_array_equal(vector, embedder.embed([QUESTION])[0])
     probes.close()

@@ -67,7 +67,7 @@ def build_services(
             embedder,
             codec,
             settings.max_query_chars,
-            beside_threads=settings.resolved_worker_threads(),
+            embed_threads=settings.resolved_worker_threads(),
         ),
         rank_content_query=settings.content_query_mode == "hybrid",
     )

@@ -17,9 +17,9 @@ it in the database). Modes:
 
 The first page computes the search's whole ordered answer by id (at most `MAX_DEPTH` memories,
 or `2 * HYBRID_DEPTH` for hybrid), reads the rows of the memories its page returns, and keeps
-the answer (`SearchPages`, for `KEPT_FOR`; written while the page's rows are read); its
+the rest of the answer (`SearchPages`, for `KEPT_FOR`); its
 signed cursor is bound to the search (`search_key`: its words, mode, filters and audience) and
-names the kept answer and the next page's offset in it. A later page serves the next ids of that answer,
+names the kept answer and an offset in it. A later page serves the next ids of that answer,
 each checked again against the query: nothing repeats, nothing that still matches is skipped,
 what was removed or changed meanwhile drops out, and what was stored meanwhile is not added
 (docs/decisions.md, "Paging a search from its first answer").
@@ -46,7 +46,7 @@ import numpy as np
 from mnemos.domain.ids import utcnow
 from mnemos.domain.pagination import CursorCodec, RecallPosition
 from mnemos.domain.ports import Embedder, MemoryStore, SearchPages, VectorStore
-from mnemos.domain.probes import Beside, Probe
+from mnemos.domain.probes import Probe, Probes
 from mnemos.domain.queries import MemoryQuery, Order
 from mnemos.domain.search import Ranked, Scored, SearchQuery, parse_search
 from mnemos.errors import InvalidPagination, MnemosError, SemanticSearchDisabled, invalid_field
@@ -97,21 +97,21 @@ class Recall:
         codec: CursorCodec,
         max_query_chars: int = 500,
         kept_per_caller: int = KEPT_PER_CALLER,
-        beside_threads: int = 1,
+        embed_threads: int = 1,
     ):
-        """`beside_threads`: how many searches may run work beside their request's thread
-        at once (`Beside`: the query's embedding, the keep of an answer): the number of
-        requests the process serves at once."""
+        """`embed_threads`: how many queries may be embedded at once beside their searches'
+        reads (`Probes`): the number of requests the process serves at once."""
         self.store = store
         self.embedder = embedder
         self.codec = codec
         self.max_query_chars = max_query_chars
         self.kept_per_caller = kept_per_caller
-        self.beside = Beside(beside_threads)
+        self.probes = Probes(embedder, embed_threads) if embedder is not None else None
 
     def close(self) -> None:
-        """Stop the threads that work beside requests (`Beside`)."""
-        self.beside.close()
+        """Stop the threads that embed queries (`Probes`)."""
+        if self.probes is not None:
+            self.probes.close()
 
     def check_text(self, text: str) -> str:
         if len(text) > self.max_query_chars:
@@ -149,30 +149,15 @@ class Recall:
         ordered, fallback = self.answer(query, text, mode, MAX_DEPTH)
         if fallback is not None:
             meta.update(mode="keyword", requested_mode=mode.value, fallback=fallback)
-        items, kept, more = self._first_page(query, ordered, limit, caller)
+        items, more = self._page(query, ordered, 0, limit)
         next_cursor = None
-        if kept is not None and more is not None:
-            next_cursor = self.codec.encode_recall(RecallPosition(key, meta["mode"], kept, more))
+        if more is not None:
+            kept = secrets.token_urlsafe(18)
+            rest = [(scored.id, scored.score) for scored in ordered[more:]]
+            self.store.keep_search(kept, rest, utcnow() + KEPT_FOR, caller, self.kept_per_caller)
+            next_cursor = self.codec.encode_recall(RecallPosition(key, meta["mode"], kept, 0))
         meta.update(has_more=next_cursor is not None, next_cursor=next_cursor)
         return Recalled(items, meta)
-
-    def _first_page(
-        self, query: MemoryQuery, ordered: list[Scored], limit: int, caller: str
-    ) -> tuple[list[Ranked], str | None, int | None]:
-        """The first page of `ordered` (`_page`), the name its whole answer is kept under for
-        the later pages (None: one page at most, nothing kept) and the next page's offset in
-        it. The answer is kept while the page's rows are read (`Beside`); if everything after
-        the page dropped out meanwhile, it was kept for nothing (one of the caller's)."""
-        if len(ordered) <= limit:
-            return self._page(query, ordered, 0, limit)[0], None, None
-        kept = secrets.token_urlsafe(18)
-        whole = [(scored.id, scored.score) for scored in ordered]
-        keep = self.store.keep_search
-        expires = utcnow() + KEPT_FOR
-        with self.beside.during(keep, kept, whole, expires, caller, self.kept_per_caller) as done:
-            items, more = self._page(query, ordered, 0, limit)
-            done.result()
-        return items, kept, more
 
     def answer(
         self, query: MemoryQuery, text: str, mode: SearchMode, depth: int
@@ -181,15 +166,15 @@ class Recall:
         keyword or by meaning; hybrid fuses the best `HYBRID_DEPTH` of each leg), and why
         hybrid fell back to keyword (None: it did not).
 
-        The query's embedding runs beside the reads that do not need it (`Beside`): the
+        The query's embedding runs beside the reads that do not need it (`Probes`): the
         owners' sign bits, and a hybrid's keyword leg (read first: the longer of the two)."""
         if mode is SearchMode.KEYWORD:
             return self._by_words(query, text, True, depth), None
-        if self.embedder is None:
+        if self.probes is None:
             if mode is SearchMode.SEMANTIC:
                 raise SemanticSearchDisabled()
             return self._by_words(query, text, False, depth), "no embedder"
-        with self.beside.ahead(self.embedder, text) as probe:
+        with self.probes.ahead(text) as probe:
             try:
                 if mode is SearchMode.SEMANTIC:
                     return self._nearest(query, probe, depth), None
