@@ -63,7 +63,13 @@ def build_services(
         store,
         codec,
         max_content_chars=settings.max_content_chars,
-        recall=Recall(store, embedder, codec, settings.max_query_chars),
+        recall=Recall(
+            store,
+            embedder,
+            codec,
+            settings.max_query_chars,
+            embed_threads=settings.resolved_worker_threads(),
+        ),
         rank_content_query=settings.content_query_mode == "hybrid",
     )
     human = HumanMemoryService(memories, store)
@@ -159,6 +165,7 @@ def create_app(
                 await expiry
         if indexer is not None:
             indexer.stop()
+        app.state.services.memories.recall.close()
         if owns_store:
             app.state.services.store.close()
 

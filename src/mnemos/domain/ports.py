@@ -495,12 +495,18 @@ class VectorStore(Protocol):
 
     @abc.abstractmethod
     def nearest_memories(
-        self, query: MemoryQuery, vector: NDArray[np.float32], model: str, limit: int
+        self,
+        query: MemoryQuery,
+        vector: NDArray[np.float32] | Callable[[], NDArray[np.float32]],
+        model: str,
+        limit: int,
     ) -> Sequence[Scored]:
         """The ids of up to `limit` memories of `query` (its audiences and filters; no
         full-text search) whose `model` vectors are nearest to `vector`, best first, with their
         cosine similarity as the score. Every memory named is checked against the query in the
-        database."""
+        database. `vector` may be a function that returns it: it is called once, after the
+        reads that do not need it (the query's embedding runs meanwhile: `Probes`), and what it
+        raises goes through."""
 
     @abc.abstractmethod
     def on_queued(self, listener: Callable[[], object]) -> None:

@@ -42,11 +42,11 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 import numpy as np
-from numpy.typing import NDArray
 
 from mnemos.domain.ids import utcnow
 from mnemos.domain.pagination import CursorCodec, RecallPosition
 from mnemos.domain.ports import Embedder, MemoryStore, SearchPages, VectorStore
+from mnemos.domain.probes import Probe, Probes
 from mnemos.domain.queries import MemoryQuery, Order
 from mnemos.domain.search import Ranked, Scored, SearchQuery, parse_search
 from mnemos.errors import InvalidPagination, MnemosError, SemanticSearchDisabled, invalid_field
@@ -97,12 +97,21 @@ class Recall:
         codec: CursorCodec,
         max_query_chars: int = 500,
         kept_per_caller: int = KEPT_PER_CALLER,
+        embed_threads: int = 1,
     ):
+        """`embed_threads`: how many queries may be embedded at once beside their searches'
+        reads (`Probes`): the number of requests the process serves at once."""
         self.store = store
         self.embedder = embedder
         self.codec = codec
         self.max_query_chars = max_query_chars
         self.kept_per_caller = kept_per_caller
+        self.probes = Probes(embedder, embed_threads) if embedder is not None else None
+
+    def close(self) -> None:
+        """Stop the threads that embed queries (`Probes`)."""
+        if self.probes is not None:
+            self.probes.close()
 
     def check_text(self, text: str) -> str:
         if len(text) > self.max_query_chars:
@@ -155,14 +164,27 @@ class Recall:
     ) -> tuple[list[Scored], str | None]:
         """A search's whole ordered answer by id, best first (at most `depth` memories by
         keyword or by meaning; hybrid fuses the best `HYBRID_DEPTH` of each leg), and why
-        hybrid fell back to keyword (None: it did not)."""
-        probe, fallback = self._probe(text, mode)
-        if probe is None:
-            return self._by_words(query, text, mode is SearchMode.KEYWORD, depth), fallback
-        if mode is SearchMode.SEMANTIC:
-            return self._nearest(query, probe, depth), None
-        by_meaning = self._nearest(query, probe, HYBRID_DEPTH)
-        by_words = self._by_words(query, text, False, HYBRID_DEPTH, HYBRID_POOL)
+        hybrid fell back to keyword (None: it did not).
+
+        The query's embedding runs beside the reads that do not need it (`Probes`): the
+        owners' sign bits, and a hybrid's keyword leg (read first: the longer of the two)."""
+        if mode is SearchMode.KEYWORD:
+            return self._by_words(query, text, True, depth), None
+        if self.probes is None:
+            if mode is SearchMode.SEMANTIC:
+                raise SemanticSearchDisabled()
+            return self._by_words(query, text, False, depth), "no embedder"
+        with self.probes.ahead(text) as probe:
+            try:
+                if mode is SearchMode.SEMANTIC:
+                    return self._nearest(query, probe, depth), None
+                by_words = self._by_words(query, text, False, HYBRID_DEPTH, HYBRID_POOL)
+                by_meaning = self._nearest(query, probe, HYBRID_DEPTH)
+            except MnemosError as exc:  # an embedding service that fails: keyword still answers
+                if mode is SearchMode.SEMANTIC or not probe.failed_with(exc):
+                    raise
+                log.warning("hybrid search fell back to keyword: %s", exc)
+                return self._by_words(query, text, False, depth), exc.code
         return fuse([by_words, by_meaning], 2 * HYBRID_DEPTH), None
 
     def _later_page(
@@ -215,23 +237,6 @@ class Recall:
         more = found[limit - 1][0] + 1 if len(found) > limit else None
         return [ranked for _, ranked in found[:limit]], more
 
-    def _probe(self, text: str, mode: SearchMode) -> tuple[NDArray[np.float32] | None, str | None]:
-        """The query's embedding (None: rank by keyword), and why hybrid fell back to keyword
-        (None: it did not)."""
-        if mode is SearchMode.KEYWORD:
-            return None, None
-        if self.embedder is None:
-            if mode is SearchMode.SEMANTIC:
-                raise SemanticSearchDisabled()
-            return None, "no embedder"
-        try:
-            return self.embedder.embed([text])[0], None
-        except MnemosError as exc:  # an embedding service that fails: keyword still answers
-            if mode is SearchMode.SEMANTIC:
-                raise
-            log.warning("hybrid search fell back to keyword: %s", exc)
-            return None, exc.code
-
     def _by_words(
         self, query: MemoryQuery, text: str, strict: bool, depth: int, pool: int | None = None
     ) -> list[Scored]:
@@ -250,10 +255,12 @@ class Recall:
         rows = self.store.rank_memories(ranked, limit=depth, pool=pool)
         return [Scored(row.id, 1.0 / (RRF_K + rank)) for rank, row in enumerate(rows, 1)]
 
-    def _nearest(self, query: MemoryQuery, probe: NDArray[np.float32], limit: int) -> list[Scored]:
+    def _nearest(self, query: MemoryQuery, probe: Probe, limit: int) -> list[Scored]:
         assert self.embedder is not None
         plain = replace(query, search=None, order=Order.NEWEST)
-        return list(self.store.nearest_memories(plain, probe, self.embedder.model, limit))
+        found = list(self.store.nearest_memories(plain, probe, self.embedder.model, limit))
+        probe()  # a failed embedding fails the search even where the store did not need it
+        return found
 
 
 def search_key(query: MemoryQuery, text: str, mode: SearchMode) -> str:

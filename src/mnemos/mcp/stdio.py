@@ -56,4 +56,5 @@ def serve_stdio(settings: Settings, credential: str) -> None:
     finally:
         if indexer is not None:
             indexer.stop()
+        svc.memories.recall.close()
         svc.store.close()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -463,11 +463,14 @@ class VectorsSql(SqlBase):
     # --- searching -------------------------------------------------------------------------
 
     def nearest_memories(
-        self, query: MemoryQuery, vector: NDArray[np.float32], model: str, limit: int
+        self,
+        query: MemoryQuery,
+        vector: NDArray[np.float32] | Callable[[], NDArray[np.float32]],
+        model: str,
+        limit: int,
     ) -> Sequence[Scored]:
         if not query.audiences or limit <= 0:
             return []
-        probe = np.asarray(vector, dtype=np.float32).reshape(-1)
         rescore = max(RESCORE, 2 * limit)
         # No search budget here: the cost is bounded by the owners' sizes, not by the query's
         # words, and the statements are key lookups (a watchdog interrupt that lands while
@@ -477,6 +480,9 @@ class VectorsSql(SqlBase):
             pks, bits = self._sign_bits(conn, tenants, owners, model)
             if len(pks) == 0:
                 return []
+            # Only now the query's vector: its embedding may have run beside the reads above.
+            given = vector() if callable(vector) else vector
+            probe = np.asarray(given, dtype=np.float32).reshape(-1)
             copies = len({owner[0] for owner in owners})  # a memory is in one owner of a kind
             nearest = first_pass(pks, bits, probe, rescore, copies)
             keys, scores = self._rescored(conn, tenants, nearest, model, probe)
