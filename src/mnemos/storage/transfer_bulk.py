@@ -40,6 +40,18 @@ from mnemos.storage.transfer_values import tuples
 BATCH_ROWS = 10_000
 MAINTENANCE_MEMORY = "256MB"  # PostgreSQL: sort memory for the index builds after the load
 SQLITE_CACHE_KIB = 262_144  # SQLite: page cache for the load (the default 2 MiB spills to disk)
+SQLITE_SORTER_THREADS = 2  # SQLite: helper threads of each CREATE INDEX's sorter
+SQLITE_SORT_RUN_KIB = 32_768  # SQLite: page cache while the indexes build, which sizes a sort run
+SQLITE_INDEX_BUILDS = (
+    f"PRAGMA threads = {SQLITE_SORTER_THREADS}",
+    f"PRAGMA cache_size = -{SQLITE_SORT_RUN_KIB}",
+)
+"""Run before SQLite's indexes are built again after the load. CREATE INDEX sorts its entries in
+runs as large as the page cache: with the load's 256 MiB, a 1,000,000-memory index is one run,
+sorted on the importing thread. With 32 MiB runs and sorter threads, SQLite sorts each full run,
+and merges them, on a helper thread while the importing thread reads on: about half of the
+builds' CPU (7 of 13-15 s at 1,000,000) leaves the importing thread, for 1-2 s more in all
+(bench/results/2026-12-05b/import13/). The indexes are the same; only the time moves."""
 
 
 class Check(NamedTuple):
@@ -273,7 +285,7 @@ def _sqlite_aside(conn: Connection) -> tuple[list[str], list[Check]]:
     triggers = [name for kind, name, _ in saved if kind == "trigger"]
     replays = [sql for name in triggers for sql in REPLAYED.get(name, ())]
     checks = [CHECKED[name] for name in triggers if name in CHECKED]
-    return [*replays, *(sql for _, _, sql in saved)], checks
+    return [*replays, *SQLITE_INDEX_BUILDS, *(sql for _, _, sql in saved)], checks
 
 
 def _check_parents(conn: Connection, tables: list[str]) -> None:
