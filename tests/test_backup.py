@@ -28,14 +28,18 @@ from tests.world import World, memory_body
 AGENT = "/api/v1/agent/memories"
 
 
-def _backup(url: str, out: Path) -> dict[str, object]:
-    done = subprocess.run(
+def _run_backup(url: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "mnemos", "backup", "--out", str(out)],
         capture_output=True,
         text=True,
         env={**os.environ, "MNEMOS_DATABASE_URL": url},
         timeout=300,
     )
+
+
+def _backup(url: str, out: Path) -> dict[str, object]:
+    done = _run_backup(url, out)
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout)
     return result
@@ -120,14 +124,7 @@ def test_a_backup_into_a_directory_that_is_not_there_is_refused_in_the_usual_sha
     """`--out` in a directory that does not exist is the JSON refusal (it was a traceback)."""
     if not database_url.startswith("sqlite"):
         pytest.skip("SQLite only (PostgreSQL: pg_dump)")
-    out = tmp_path / "missing" / "x.db"
-    done = subprocess.run(
-        [sys.executable, "-m", "mnemos", "backup", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "MNEMOS_DATABASE_URL": database_url},
-        timeout=120,
-    )
+    done = _run_backup(database_url, tmp_path / "missing" / "x.db")
     assert done.returncode == 1, done
     refusal = json.loads(done.stderr.strip().splitlines()[-1])["error"]
     assert refusal["code"] == "backup_failed" and "missing" in refusal["message"], done.stderr
