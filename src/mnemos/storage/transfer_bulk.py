@@ -165,12 +165,9 @@ class _Copy:
         self.starts: list[tuple[int, int]] = []  # (first COPY line of a batch, its file line)
         self.lines = 0
         self.stack = ExitStack()
-        from psycopg.copy import QueuedLibpqWriter  # PostgreSQL only: psycopg is an extra
-
         try:
             cursor = self.stack.enter_context(driver_connection(conn).cursor())
-            writer = QueuedLibpqWriter(cursor)
-            self.copy = self.stack.enter_context(cursor.copy(statement, writer=writer))
+            self.copy = self.stack.enter_context(cursor.copy(statement))
         except errors as exc:
             self._refuse(exc)
 
