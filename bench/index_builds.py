@@ -19,6 +19,8 @@ import sqlite3
 import sys
 import time
 
+from mnemos.storage.transfer_bulk import SQLITE_CACHE_KIB
+
 TABLES = ("memories", "memory_history", "vector_queue")
 
 
@@ -31,7 +33,7 @@ def main() -> None:
         del rest[at : at + 2]
     pragmas = [item.split("=", 1) for item in rest]
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA cache_size = -262144")  # transfer_bulk.SQLITE_CACHE_KIB
+    conn.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")  # as the import loads
     conn.execute("BEGIN IMMEDIATE")
     saved = conn.execute(
         "SELECT tbl_name, name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import uuid
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
 from mnemos.storage.base import Store
+from tests.test_review11 import _backdate
 from tests.test_rights_admin import mnemos
 from tests.world import World, memory_body
 
@@ -84,8 +84,7 @@ def test_an_expired_memory_of_a_deleted_agent_can_be_brought_back(
     import sqlalchemy as sa
 
     from mnemos.domain.history import by_operator
-    from mnemos.domain.ids import utcnow
-    from mnemos.storage.schema import memories, memory_history
+    from mnemos.storage.schema import memory_history
 
     ann = world.user("Ann", "r12-retention")
     bot = world.agent(ann)
@@ -93,12 +92,7 @@ def test_an_expired_memory_of_a_deleted_agent_can_be_brought_back(
     answer = client.post(BASE, json={**body, "type": "episodic"}, headers=bot.headers)
     assert answer.status_code == 201, answer.text
     memory = uuid.UUID(answer.json()["data"]["id"])
-    with store._write() as conn:  # type: ignore[attr-defined]
-        conn.execute(
-            memories.update()
-            .where(memories.c.id == memory)
-            .values(inserted_at=utcnow() - timedelta(days=10))
-        )
+    _backdate(store, str(memory), days=10)
     services = client.app.state.services  # type: ignore[attr-defined]
     org = uuid.UUID(world.org("r12-retention"))
     services.retention.set(org, "working", 1)  # meant 100

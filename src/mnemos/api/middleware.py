@@ -330,16 +330,13 @@ class AccessMiddleware:
     async def _busy(self, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = TenantBusy(ADDRESS_BUSY)
         if scope["path"].startswith(TUYA_PATHS):
-            response: Response | None = envelope(
-                Request(scope), code=TOO_FREQUENT, msg=refusal.message
-            )
-        elif is_page(scope["path"]):
-            response = refusal_page(refusal)
-            response.headers["Retry-After"] = str(refusal.retry_after)
-        else:
-            response = None
-        if response is not None:
-            await response(scope, receive, send)
+            tuya = envelope(Request(scope), code=TOO_FREQUENT, msg=refusal.message)
+            await tuya(scope, receive, send)
+            return
+        if is_page(scope["path"]):
+            page = refusal_page(refusal)
+            page.headers["Retry-After"] = str(refusal.retry_after)
+            await page(scope, receive, send)
             return
         body = error_body(refusal.code, refusal.message, request_id_of(scope))
         headers = [(b"retry-after", str(refusal.retry_after).encode())]

@@ -49,31 +49,29 @@ class MnemosRoute(APIRoute):
         return handler
 
 
-class NamedRoute(Route):
-    """A plain Starlette route (an ASGI app of its own, such as `/mcp`) that names itself in the
-    request's scope as FastAPI's routes do: the access log and the metrics label a request by
-    `scope["route"]`'s template (`api/observe.py`), else as `unmatched`."""
+class _NamesItself:
+    """A route that names itself in the request's scope as FastAPI's routes do: the access log
+    and the metrics label a request by `scope["route"]`'s template (`api/observe.py`), else as
+    `unmatched`."""
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        match, child = super().matches(scope)
+        match, child = super().matches(scope)  # type: ignore[misc]
         if match is not Match.NONE:
             child["route"] = self
         return match, child
 
 
-class NamedMount(Mount):
-    """A mount (the page's static files) that names itself in the request's scope, labelled by
-    its path as `NamedRoute` is, and says which methods it serves (a 405's `Allow`)."""
+class NamedRoute(_NamesItself, Route):
+    """A plain Starlette route (an ASGI app of its own, such as `/mcp`), named in the scope."""
+
+
+class NamedMount(_NamesItself, Mount):
+    """A mount (the page's static files), named in the scope by its path, that says which
+    methods it serves (a 405's `Allow`)."""
 
     def __init__(self, path: str, app: ASGIApp, name: str, methods: Iterable[str]):
         super().__init__(path, app=app, name=name)
         self.methods = set(methods)
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        match, child = super().matches(scope)
-        if match is not Match.NONE:
-            child["route"] = self
-        return match, child
 
 
 def named(routes: list[BaseRoute]) -> None:
