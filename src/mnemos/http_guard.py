@@ -10,6 +10,8 @@ This is uvicorn's httptools protocol with what it lacks on an open network:
 - **A bounded head.** Past `max_head_bytes` in all, or `max_line_bytes` in one header, the
   request is answered 431 (414 for a long request target) in the error shape and the connection
   closed, before the application sees it. httptools would buffer a header of any size.
+- **Malformed requests in the error shape.** What httptools cannot parse is answered 400
+  `bad_request` in JSON like every other error (uvicorn's own answer is plain text).
 
 The limit on requests handled at once lives in the application (`InFlightLimitMiddleware`),
 where it counts requests rather than sockets.
@@ -53,6 +55,9 @@ class Refusal:
     status: int
     code: str
     message: str
+
+
+MALFORMED = Refusal(400, "bad_request", "The request is not valid HTTP/1.1")
 
 
 class _Refused(Exception):
@@ -121,12 +126,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._reading_head = True
         super().on_message_complete()
 
-    def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to a parser error, which is how a callback's refusal arrives."""
-        if self._refusal is None:
-            super().send_400_response(msg)
-        else:
-            self._refuse(self._refusal)
+    def send_400_response(self, msg: str) -> None:  # noqa: ARG002 (uvicorn's text)
+        """uvicorn's answer to a parser error (its own is plain text), which is also how a
+        callback's refusal arrives."""
+        self._refuse(self._refusal or MALFORMED)
 
     # Limits
     def _over(self, what: str) -> str:
@@ -143,9 +146,20 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, refusal: Refusal) -> None:
         self._disarm()
         self.logger.warning("Refused a request: %s", refusal.message)
-        if self.cycle is None or self.cycle.response_complete:
+        if self._may_answer():
             self.transport.write(_response(refusal))
         self.transport.close()
+
+    def _may_answer(self) -> bool:
+        """Whether an answer written now is the next on the wire. While a head is read,
+        `cycle` is the request before it: only once that one is answered. While a body is
+        read, `cycle` is its own request, which the application may already handle: unless
+        it waits behind another or has begun its answer (the application then sees the
+        client gone)."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            return True
+        return not self._reading_head and not self.pipeline and not cycle.response_started
 
     def _arm(self, seconds: float) -> None:
         self._disarm()

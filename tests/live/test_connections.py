@@ -198,6 +198,29 @@ def test_a_long_request_target_gets_414(server: LiveServer) -> None:
     assert_error_shape(status, headers, body, "uri_too_long")
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"GARBAGE\r\n\r\n", id="no request line"),
+        pytest.param(b"GET /healthz HTTP/1.1\r\nHost t\r\n\r\n", id="header without colon"),
+        pytest.param(b"GET /healthz HTTP/9.9\r\nHost: t\r\n\r\n", id="unknown version"),
+        pytest.param(
+            b"POST /api/v1/agent/memories HTTP/1.1\r\nHost: t\r\nContent-Length: x\r\n\r\n",
+            id="bad content-length",
+        ),
+        pytest.param(
+            b"POST /api/v1/agent/memories HTTP/1.1\r\nHost: t\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+            id="bad chunk size",
+        ),
+    ],
+)
+def test_malformed_requests_get_400_in_the_error_shape(server: LiveServer, raw: bytes) -> None:
+    status, headers, body = exchange(server, raw)
+    assert status == 400
+    assert_error_shape(status, headers, body, "bad_request")
+
+
 def test_large_heads_under_the_limits_are_served(server: LiveServer) -> None:
     token = b"Authorization: Bearer " + b"x" * 6000  # a large but plausible JWT
     many = [b"X-M%d: %s" % (i, b"a" * 1000) for i in range(20)]
