@@ -203,6 +203,25 @@ def expired_memories(client: TestClient, world: World, store: Store, count: int)
     return org
 
 
+def row_waited_for(holder: sa.Connection, whose: str) -> Any:
+    """The id of the memory whose row another session waits for while `holder` has it locked
+    (PostgreSQL's tuple lock, granted to the first waiter)."""
+    for _ in range(200):
+        waited = holder.execute(
+            sa.text(
+                "SELECT m.id FROM pg_locks l JOIN memories m"
+                " ON m.tableoid = l.relation"
+                " AND m.ctid = format('(%s,%s)', l.page, l.tuple)::tid"
+                " WHERE l.locktype = 'tuple' AND l.granted"
+                " AND l.pid <> pg_backend_pid()"
+            )
+        ).scalar()
+        if waited is not None:
+            return waited
+        time.sleep(0.02)
+    raise AssertionError(f"{whose} never waited")
+
+
 def test_restore_expired_brings_back_every_memory_while_a_person_restores_one(
     client: TestClient, world: World, store: Store, settings: Settings
 ) -> None:
@@ -239,21 +258,8 @@ def test_restore_expired_brings_back_every_memory_while_a_person_restores_one(
                 )
                 thread = threading.Thread(target=restore)
                 thread.start()
-                waited = None
-                for _ in range(200):  # the operator's update waits for the row it chose first
-                    waited = person.execute(
-                        sa.text(
-                            "SELECT m.id FROM pg_locks l JOIN memories m"
-                            " ON m.tableoid = l.relation"
-                            " AND m.ctid = format('(%s,%s)', l.page, l.tuple)::tid"
-                            " WHERE l.locktype = 'tuple' AND l.granted"
-                            " AND l.pid <> pg_backend_pid()"
-                        )
-                    ).scalar()
-                    if waited is not None:
-                        break
-                    time.sleep(0.02)
-                assert waited is not None, "the operator's update never waited"
+                # The operator's update waits for the row it chose first.
+                waited = row_waited_for(person, "the operator's update")
                 person.execute(
                     memories.update().where(memories.c.id == waited).values(status="active")
                 )
@@ -267,3 +273,69 @@ def test_restore_expired_brings_back_every_memory_while_a_person_restores_one(
         ).scalars()
         assert sorted(statuses) == ["active"] * 4
     assert restored == [3]
+
+
+def test_a_retention_pass_keeps_a_memory_a_person_restored_while_it_waited(
+    client: TestClient, world: World, store: Store, settings: Settings
+) -> None:
+    """review13's open note: a pass chose an expired active memory, then waited for its row
+    while a person archived and restored it (history `restored`: kept for the period). After
+    the lock, PostgreSQL read the row again and checked only its status, active again, so the
+    pass archived a memory restored a moment before. The pass now changes a row only as it
+    was chosen (its `updated_at`)."""
+    if settings.database_url.startswith("sqlite"):
+        pytest.skip("SQLite runs one writer at a time: no batch meets a concurrent change")
+    from mnemos.domain.ids import utcnow
+    from mnemos.domain.retention import RetentionService
+    from mnemos.storage.postgres import driver_url
+    from mnemos.storage.schema import memories
+
+    ann = world.user("Ann", "r14-retention")
+    bot = world.agent(ann)
+    for n in range(3):
+        body = memory_body(f"scratch note {n}", scope="organization", system="working")
+        answer = client.post(BASE, json={**body, "type": "episodic"}, headers=bot.headers)
+        assert answer.status_code == 201, answer.text
+    org = uuid.UUID(world.org("r14-retention"))
+    with store._write() as conn:  # type: ignore[attr-defined]
+        conn.execute(
+            memories.update()
+            .where(memories.c.tenant_id == org)
+            .values(inserted_at=utcnow() - timedelta(days=10))
+        )
+    services = client.app.state.services  # type: ignore[attr-defined]
+    services.retention.set(org, "working", 1)
+    server = RetentionService(store, batch=500, pause_seconds=0)
+    engine = sa.create_engine(driver_url(settings.database_url))
+    expired: list[int] = []
+    failed: list[BaseException] = []
+
+    def expire() -> None:
+        try:
+            expired.append(server.expire())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    try:
+        with engine.connect() as person:
+            with person.begin():
+                person.execute(
+                    sa.select(memories.c.pk).where(memories.c.tenant_id == org).with_for_update()
+                )
+                thread = threading.Thread(target=expire)
+                thread.start()
+                waited = row_waited_for(person, "the retention pass's update")
+                # The person's archive and restore, as the API writes them.
+                for status in ("archived", "active"):
+                    person.execute(
+                        memories.update()
+                        .where(memories.c.id == waited)
+                        .values(status=status, updated_at=utcnow())
+                    )
+            thread.join(20)
+    finally:
+        engine.dispose()
+    assert not failed and expired == [2], (failed, expired)
+    with store._read() as conn:  # type: ignore[attr-defined]
+        kept = conn.execute(sa.select(memories.c.status).where(memories.c.id == waited)).scalar()
+    assert kept == "active"

@@ -220,7 +220,7 @@ class RightsSql(SqlBase):
         # Only active memories expire (a superseded one stays what its agent made it: archived,
         # a restore would make it active again), and one restored within the period is kept.
         chosen = (
-            sa.select(M.pk)
+            sa.select(M.pk, M.updated_at)
             .where(
                 _retained(org, policy.system),
                 M.status == Status.ACTIVE.value,
@@ -251,7 +251,7 @@ class RightsSql(SqlBase):
             .scalar_subquery()
         )
         chosen = (
-            sa.select(M.pk)
+            sa.select(M.pk, M.updated_at)
             .where(
                 _retained(org, system),
                 M.status == Status.ARCHIVED.value,
@@ -275,22 +275,30 @@ class RightsSql(SqlBase):
         event: HistoryEvent,
         by: ChangedBy,
     ) -> Batch:
-        """One batch of retention's changes, with their history."""
+        """One batch of retention's changes, with their history. `chosen` selects the rows'
+        `pk` and `updated_at`."""
         now = utcnow()
         with self._write() as conn:
-            pks = conn.execute(chosen).scalars().all()
-            if not pks:
+            rows = [tuple(row) for row in conn.execute(chosen)]
+            if not rows:
                 return Batch(0, 0)
-            # The status again in the update itself: on PostgreSQL a row another writer changed
-            # since it was chosen is read again after its lock, and no longer matches.
+            # Each row as it was chosen, in the update itself: on PostgreSQL a row another
+            # writer changed since (a person's archive and restore, committed while this update
+            # waited for its lock) is read again after the lock and no longer matches, so the
+            # conditions that chose it (`restored_since`, the last event) are never stale.
             changed = conn.execute(
                 memories.update()
-                .where(M.tenant_id == org, M.pk.in_(pks), M.status == was.value)
+                .where(
+                    M.tenant_id == org,
+                    M.pk.in_([pk for pk, _ in rows]),
+                    sa.tuple_(M.pk, M.updated_at).in_(rows),
+                    M.status == was.value,
+                )
                 .values(status=becomes.value, updated_at=now)
                 .returning(M.id, M.subject_id)
             ).all()
             record(conn, (history_row(org, i, s, event, by, now) for i, s in changed))
-        return Batch(len(pks), len(changed))
+        return Batch(len(rows), len(changed))
 
 
 def _retained(org: uuid.UUID, system: System) -> sa.ColumnElement[bool]:
