@@ -20,7 +20,7 @@ from mnemos.domain import accounts
 from mnemos.domain.ids import iso
 from mnemos.domain.tuya import ROLE_ID
 from mnemos.domain.tuya_auth import new_project_credentials
-from mnemos.errors import NotFound, invalid_field
+from mnemos.errors import MCP_INSTALL, NotFound, invalid_field
 from mnemos.storage import check_settings, open_store, require_database
 from mnemos.storage import migrate as run_migrations
 from mnemos.storage.base import Store
@@ -127,7 +127,7 @@ def mcp_stdio(api_key: str, log_level: str, database_url: str | None) -> None:
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
     if not sdk_installed():
-        click.echo("mnemos mcp needs the MCP SDK: pip install 'mnemos[mcp]'", err=True)
+        click.echo(f"mnemos mcp needs the MCP SDK: {MCP_INSTALL}", err=True)
         sys.exit(1)
     from mnemos.mcp.stdio import serve_stdio
 

@@ -150,13 +150,18 @@ class SemanticSearchDisabled(MnemosError):
     )
 
 
+# What to install for MCP, said the same way by `/mcp` and `mnemos mcp`: the SDK itself (the
+# `mnemos` on PyPI is another project, so `mnemos[mcp]` is right only for an installed checkout).
+MCP_INSTALL = (
+    "pip install 'mcp>=2.3,<3' into Mnemos's environment (from a checkout: pip install '.[mcp]')"
+)
+
+
 class McpNotInstalled(MnemosError):
     """`/mcp` on a server installed without the `mcp` extra."""
 
     status, code = 501, "mcp_not_installed"
-    default_message = (
-        "This server has no MCP support: install it with `pip install 'mnemos[mcp]'` and restart it"
-    )
+    default_message = f"This server has no MCP support: {MCP_INSTALL}, and restart it"
 
 
 class CannotWrite(MnemosError):

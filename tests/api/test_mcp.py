@@ -174,7 +174,7 @@ def test_without_the_sdk_mcp_says_how_to_install_it(database_url: str) -> None:
     answer = json.loads(done.stdout)
     assert answer["status"] == 501
     assert answer["body"]["error"]["code"] == "mcp_not_installed"
-    assert "mnemos[mcp]" in answer["body"]["error"]["message"]
+    assert "pip install 'mcp>=2.3,<3'" in answer["body"]["error"]["message"]
 
 
 def test_search_memories_takes_the_rest_routes_limits(
@@ -192,3 +192,15 @@ def test_search_memories_takes_the_rest_routes_limits(
             )
             assert answer.status_code == 200, answer.text
             assert ("invalid_pagination" in answer.text) is refused, answer.text
+
+
+def test_the_install_advice_names_the_extras_requirement() -> None:
+    """`MCP_INSTALL` repeats the `mcp` extra's requirement from pyproject.toml: kept equal."""
+    import tomllib
+    from pathlib import Path
+
+    from mnemos.errors import MCP_INSTALL
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    (requirement,) = project["project"]["optional-dependencies"]["mcp"]
+    assert f"pip install '{requirement}'" in MCP_INSTALL

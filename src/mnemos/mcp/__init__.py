@@ -2,7 +2,7 @@
 them (`server.py`), and its transports: streamable HTTP at `/mcp` (`http.py`) and stdio
 (`stdio.py`, `mnemos mcp`).
 
-The `mcp` SDK is an extra (`pip install 'mnemos[mcp]'`): only `tools.py` and `http.py` are
+The `mcp` SDK is an extra (`pip install '.[mcp]'` in a checkout): only `tools.py` and `http.py` are
 imported without it, and `/mcp` then answers 501 `mcp_not_installed`.
 """
 
