@@ -209,3 +209,22 @@ def test_an_anonymous_request_past_the_limit_is_refused_before_its_body_is_read(
         assert client.get(BASE).status_code == 429
         sent = cut_body_request(client, BASE, [(b"content-length", b"1000000")])
         assert sent[0]["status"] == 429
+
+
+def test_requests_no_route_takes_count_against_their_address(
+    settings: Settings, store: Store
+) -> None:
+    """A credential header under `/api/` leaves the count to authentication, which a path no
+    route serves (404) or a method it does not (405) never reaches: such requests, with a
+    made-up key, met no per-minute limit at all. They count against their address."""
+    app = create_app(limited(settings), store)
+    with TestClient(app) as client, TestClient(app, client=("10.0.0.3", 1)) as other:
+        made_up = {"X-API-Key": "mn_agent_made_up"}
+        answers = [client.get("/api/v1/nowhere", headers=made_up) for _ in range(3)]
+        answers += [client.put(BASE, headers=made_up) for _ in range(2)]
+        assert [r.status_code for r in answers] == [404] * 3 + [405] * 2
+        assert answers[-1].headers["x-ratelimit-remaining"] == "0"
+        refused = client.get("/api/v1/nowhere", headers=made_up)
+        error(refused, 429, "rate_limited")
+        assert 1 <= int(refused.headers["retry-after"]) <= 60
+        assert other.get("/api/v1/nowhere", headers=made_up).status_code == 404

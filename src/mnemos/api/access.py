@@ -151,6 +151,21 @@ async def count_address(request: Request) -> None:
         raise RateLimited(verdict.retry_after)
 
 
+async def count_unanswered_address(request: Request) -> None:
+    """Count a request no route took (a 404 or 405 of the router) against its address when
+    nothing counted it yet: one with a credential header under the API's paths is left to
+    authentication by `AccessMiddleware`, which never ran for it. `rate_limited` past the
+    address's limit."""
+    state = request.scope.setdefault("state", {})
+    limiter = limiters(request).requests
+    if limiter is None or RATE_LIMIT_STATE in state:
+        return
+    verdict = await limiter.check(address_identity(request.scope))
+    state[RATE_LIMIT_STATE] = verdict
+    if not verdict.allowed:
+        raise RateLimited(verdict.retry_after)
+
+
 async def count_request(request: Request, identity: str) -> None:
     """Count one request against `identity`; `rate_limited` past the per-minute limit."""
     request.scope.setdefault("state", {})[CALLER_STATE] = identity

@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
+from mnemos.api.access import count_unanswered_address
 from mnemos.api.middleware import error_body
 from mnemos.api.routing import NamedMount
 from mnemos.errors import MethodNotAllowed, MnemosError, PayloadTooLarge, RateLimited
@@ -109,6 +110,11 @@ def allowed_methods(request: Request) -> str:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code in (404, 405):  # the router's: no route, so no authentication counted it
+        try:
+            await count_unanswered_address(request)
+        except RateLimited as refused:
+            return await _mnemos_error(request, refused)
     code = _HTTP_CODES.get(exc.status_code, "error")
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
