@@ -6,9 +6,12 @@ reason; all are fixed (docs/decisions.md, "Fifth hostile review: what was fixed"
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -203,6 +206,42 @@ def expired_memories(client: TestClient, world: World, store: Store, count: int)
     return org
 
 
+@contextlib.contextmanager
+def rows_held(
+    settings: Settings, org: uuid.UUID, run: Callable[[], int], whose: str
+) -> Iterator[tuple[sa.Connection, Any, list[int]]]:
+    """Hold the organization's memory rows in a transaction while `run` goes on a thread until
+    it waits for one of them; yield the transaction's connection, the id of the memory waited
+    for and the list `run`'s answer lands in. The transaction commits at the block's end, then
+    `run` finishes."""
+    from mnemos.storage.postgres import driver_url
+    from mnemos.storage.schema import memories
+
+    engine = sa.create_engine(driver_url(settings.database_url))
+    answers: list[int] = []
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            answers.append(run())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    try:
+        with engine.connect() as holder:
+            with holder.begin():
+                holder.execute(
+                    sa.select(memories.c.pk).where(memories.c.tenant_id == org).with_for_update()
+                )
+                thread = threading.Thread(target=target)
+                thread.start()
+                yield holder, row_waited_for(holder, whose), answers
+            thread.join(20)
+    finally:
+        engine.dispose()
+    assert not failed and answers, failed
+
+
 def row_waited_for(holder: sa.Connection, whose: str) -> Any:
     """The id of the memory whose row another session waits for while `holder` has it locked
     (PostgreSQL's tuple lock, granted to the first waiter)."""
@@ -234,39 +273,15 @@ def test_restore_expired_brings_back_every_memory_while_a_person_restores_one(
         pytest.skip("SQLite runs one writer at a time: no batch meets a concurrent change")
     from mnemos.domain.history import by_operator
     from mnemos.domain.retention import RetentionService
-    from mnemos.storage.postgres import driver_url
     from mnemos.storage.schema import memories
 
     org = expired_memories(client, world, store, 4)
     operator = RetentionService(store, batch=2, pause_seconds=0)  # the default is 500
-    engine = sa.create_engine(driver_url(settings.database_url))
-    restored: list[int] = []
-    failed: list[BaseException] = []
-
-    def restore() -> None:
-        try:
-            restored.append(operator.restore(org, "working", by_operator()))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            failed.append(exc)
-
-    try:
-        with engine.connect() as person:
-            with person.begin():
-                # The person's transaction has the rows (as a person's restore of one does).
-                person.execute(
-                    sa.select(memories.c.pk).where(memories.c.tenant_id == org).with_for_update()
-                )
-                thread = threading.Thread(target=restore)
-                thread.start()
-                # The operator's update waits for the row it chose first.
-                waited = row_waited_for(person, "the operator's update")
-                person.execute(
-                    memories.update().where(memories.c.id == waited).values(status="active")
-                )
-            thread.join(20)
-    finally:
-        engine.dispose()
-    assert not failed and restored, failed
+    # The person's transaction has the rows (as a person's restore of one does); the
+    # operator's update waits for the row it chose first.
+    restore = functools.partial(operator.restore, org, "working", by_operator())
+    with rows_held(settings, org, restore, "the operator's update") as (person, waited, restored):
+        person.execute(memories.update().where(memories.c.id == waited).values(status="active"))
     with store._read() as conn:  # type: ignore[attr-defined]
         statuses = conn.execute(
             sa.select(memories.c.status).where(memories.c.tenant_id == org)
@@ -287,7 +302,6 @@ def test_a_retention_pass_keeps_a_memory_a_person_restored_while_it_waited(
         pytest.skip("SQLite runs one writer at a time: no batch meets a concurrent change")
     from mnemos.domain.ids import utcnow
     from mnemos.domain.retention import RetentionService
-    from mnemos.storage.postgres import driver_url
     from mnemos.storage.schema import memories
 
     ann = world.user("Ann", "r14-retention")
@@ -306,36 +320,15 @@ def test_a_retention_pass_keeps_a_memory_a_person_restored_while_it_waited(
     services = client.app.state.services  # type: ignore[attr-defined]
     services.retention.set(org, "working", 1)
     server = RetentionService(store, batch=500, pause_seconds=0)
-    engine = sa.create_engine(driver_url(settings.database_url))
-    expired: list[int] = []
-    failed: list[BaseException] = []
-
-    def expire() -> None:
-        try:
-            expired.append(server.expire())
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            failed.append(exc)
-
-    try:
-        with engine.connect() as person:
-            with person.begin():
-                person.execute(
-                    sa.select(memories.c.pk).where(memories.c.tenant_id == org).with_for_update()
-                )
-                thread = threading.Thread(target=expire)
-                thread.start()
-                waited = row_waited_for(person, "the retention pass's update")
-                # The person's archive and restore, as the API writes them.
-                for status in ("archived", "active"):
-                    person.execute(
-                        memories.update()
-                        .where(memories.c.id == waited)
-                        .values(status=status, updated_at=utcnow())
-                    )
-            thread.join(20)
-    finally:
-        engine.dispose()
-    assert not failed and expired == [2], (failed, expired)
+    with rows_held(settings, org, server.expire, "the retention pass's update") as held:
+        person, waited, expired = held
+        for status in ("archived", "active"):  # the person's archive and restore, as the API
+            person.execute(
+                memories.update()
+                .where(memories.c.id == waited)
+                .values(status=status, updated_at=utcnow())
+            )
+    assert expired == [2]
     with store._read() as conn:  # type: ignore[attr-defined]
         kept = conn.execute(sa.select(memories.c.status).where(memories.c.id == waited)).scalar()
     assert kept == "active"
