@@ -27,7 +27,8 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from mnemos.api.middleware import REQUEST_ID_HEADER, error_body
+from mnemos.api.middleware import REQUEST_ID_HEADER
+from mnemos.api.responses import error_body
 from mnemos.config import Settings
 
 HEAD_END = b"\r\n\r\n"

@@ -228,3 +228,26 @@ def test_requests_no_route_takes_count_against_their_address(
         error(refused, 429, "rate_limited")
         assert 1 <= int(refused.headers["retry-after"]) <= 60
         assert other.get("/api/v1/nowhere", headers=made_up).status_code == 404
+
+
+TUYA_DEVICE = "/v1.0/cloud/agent/ai/chat/b/devices/dev1/memories"
+
+
+@pytest.mark.parametrize("path", [TUYA_DEVICE, "/ui/memories", "/ui/nowhere"])
+def test_an_address_past_its_limit_is_refused_in_the_paths_shape(
+    settings: Settings, store: Store, path: str
+) -> None:
+    """The address's per-minute refusal is Tuya's envelope on Tuya's paths (HTTP 200, 1110:
+    the official connector reads nothing else) and the error page on the page's paths, as the
+    address's in-flight refusal is; it was the API's JSON everywhere."""
+    with TestClient(create_app(limited(settings), store)) as client:
+        for _ in range(5):
+            client.get(path)  # no credential: counted against the address
+        refused = client.get(path)
+    if path.startswith("/v1.0/"):
+        assert refused.status_code == 200
+        assert (refused.json()["success"], refused.json()["code"]) == (False, 1110)
+    else:
+        assert refused.status_code == 429
+        assert refused.headers["content-type"].startswith("text/html")
+        assert 1 <= int(refused.headers["retry-after"]) <= 60

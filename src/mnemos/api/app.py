@@ -209,6 +209,7 @@ def create_app(
     for router in routers:
         app.include_router(router)
     install_ui(app)
+    tuya.answer_routing_errors_in_envelope(app)
     # FastAPI lists an included router as one opaque entry of `app.routes`: its routes, in the
     # order they are tried, for what must ask each of them (a 405's `Allow`).
     served = [route for router in routers for route in router.routes]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -12,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Route
 
 from mnemos.api.access import count_unanswered_address
-from mnemos.api.middleware import error_body
+from mnemos.api.responses import error_body
 from mnemos.api.routing import NamedMount
 from mnemos.errors import MethodNotAllowed, MnemosError, PayloadTooLarge, RateLimited
 
@@ -125,6 +127,22 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error", exc_info=exc)
     return error_response(request, 500, "internal_error", "Internal server error")
+
+
+def answer_routing_errors_as(
+    app: FastAPI, family: Callable[[str], bool], render: Callable[[Request, Response], Response]
+) -> None:
+    """Render the router's errors (404, 405, and the 429 of their count) on paths of an API
+    family in its own shape: the handler installed so far still decides the status, code,
+    message and `Allow`; `render` turns that answer (the error shape) into the family's."""
+    earlier = app.exception_handlers[StarletteHTTPException]
+
+    async def answer(request: Request, exc: Exception) -> Response:
+        given = earlier(request, exc)
+        found: Response = await given if inspect.isawaitable(given) else given
+        return render(request, found) if family(request.url.path) else found
+
+    app.add_exception_handler(StarletteHTTPException, answer)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -4,10 +4,8 @@ and access checks (repeated credential headers, limits for requests without a cr
 from __future__ import annotations
 
 import enum
-import json
 import re
 import uuid
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,10 +20,11 @@ from mnemos.api.access import (
     take_share,
     upload_identity,
 )
-from mnemos.api.tuya import TOO_FREQUENT, envelope
+from mnemos.api.responses import error_body
+from mnemos.api.tuya import TOO_FREQUENT, TUYA_PATHS, envelope
 from mnemos.api.ui.web import is_page, refusal_page
 from mnemos.domain.history import REQUEST_ID, REQUEST_ID_LENGTH
-from mnemos.errors import PayloadTooLarge, TenantBusy
+from mnemos.errors import PayloadTooLarge, RateLimited, TenantBusy
 from mnemos.indexer import InFlight
 from mnemos.ratelimit import RateLimiter, TenantShares, Verdict
 
@@ -33,14 +32,6 @@ REQUEST_ID_HEADER = b"x-request-id"
 # An incoming X-Request-ID is kept when it looks like an id (a proxy's or a client's), so one id
 # follows a request through every log; anything else is replaced by a fresh one.
 WELL_FORMED_REQUEST_ID = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._:-]{0,%d}" % (REQUEST_ID_LENGTH - 1))
-
-
-def error_body(code: str, message: str, request_id: str, details: Any = None) -> bytes:
-    """The one JSON shape every error has."""
-    error: dict[str, Any] = {"code": code, "message": message, "request_id": request_id}
-    if details is not None:
-        error["details"] = details
-    return json.dumps({"error": error}).encode()
 
 
 async def send_error(
@@ -210,7 +201,6 @@ CREDENTIAL_HEADERS = frozenset(
         b"signature-headers",
     }
 )
-TUYA_PATHS = "/v1.0/"  # Tuya's routes answer refusals in their own envelope
 CREDENTIAL_PATHS = ("/api/", TUYA_PATHS, "/mcp")  # where authentication reads the headers
 
 
@@ -320,15 +310,24 @@ class AccessMiddleware:
         await response(scope, receive, send)
 
     async def _too_many(self, scope: Scope, receive: Receive, send: Send, verdict: Verdict) -> None:
-        request_id = scope.get("state", {}).get("request_id", "")
-        body = error_body("rate_limited", "Too many requests; retry later", request_id)
-        headers = {"Retry-After": str(verdict.retry_after)}
-        headers.update((k.decode(), v.decode()) for k, v in _limit_headers(verdict))
-        response = Response(body, 429, headers=headers, media_type="application/json")
-        await response(scope, receive, send)
+        refused = RateLimited(verdict.retry_after)
+        await self._refuse(scope, receive, send, refused, _limit_headers(verdict))
 
     async def _busy(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refusal = TenantBusy(ADDRESS_BUSY)
+        verdict = scope.get("state", {}).get(RATE_LIMIT_STATE)
+        limits = _limit_headers(verdict) if verdict is not None else []
+        await self._refuse(scope, receive, send, TenantBusy(ADDRESS_BUSY), limits)
+
+    async def _refuse(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        refusal: RateLimited,
+        limits: list[tuple[bytes, bytes]],
+    ) -> None:
+        """A refusal for the address, in the shape of the path's family: Tuya's envelope
+        (1110), the page's error page, or the error shape."""
         if scope["path"].startswith(TUYA_PATHS):
             tuya = envelope(Request(scope), code=TOO_FREQUENT, msg=refusal.message)
             await tuya(scope, receive, send)
@@ -339,10 +338,7 @@ class AccessMiddleware:
             await page(scope, receive, send)
             return
         body = error_body(refusal.code, refusal.message, request_id_of(scope))
-        headers = [(b"retry-after", str(refusal.retry_after).encode())]
-        verdict = scope.get("state", {}).get(RATE_LIMIT_STATE)
-        if verdict is not None:
-            headers += _limit_headers(verdict)
+        headers = [(b"retry-after", str(refusal.retry_after).encode()), *limits]
         await send_error(send, refusal.status, body, headers)
 
 

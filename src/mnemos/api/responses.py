@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -108,3 +109,11 @@ def _replaced(replacement: Any, what: str, path: str, owner: Any) -> Any:
 
 def _shown(value: Any) -> str:
     return str(value).encode("utf-8", "backslashreplace").decode()
+
+
+def error_body(code: str, message: str, request_id: str, details: Any = None) -> bytes:
+    """The one JSON shape every error has."""
+    error: dict[str, Any] = {"code": code, "message": message, "request_id": request_id}
+    if details is not None:
+        error["details"] = details
+    return json.dumps({"error": error}).encode()

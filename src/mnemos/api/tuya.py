@@ -13,12 +13,14 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+import orjson
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
 from mnemos.api.access import act_for_tenant, authenticate
 from mnemos.api.deps import Services, services
+from mnemos.api.error_handlers import answer_routing_errors_as
 from mnemos.api.observe import answered_error
 from mnemos.api.responses import JSONResponse
 from mnemos.api.routing import MnemosRoute
@@ -26,9 +28,11 @@ from mnemos.domain.tuya import TuyaMemories
 from mnemos.domain.tuya_auth import SignedRequest, TuyaCaller, TuyaError, param_illegal
 from mnemos.errors import MnemosError, StorageUnavailable
 
+TUYA_PATHS = "/v1.0/"  # Tuya's routes answer refusals in their own envelope
 DEVICE = "/v1.0/cloud/agent/ai/chat/b/devices/{device_id}"
 T = TypeVar("T")
 TOO_FREQUENT = 1110  # Tuya's "request frequency over limit": its rate limits and shares
+URI_PATH_INVALID = 1108  # Tuya's "uri path invalid": a path or method no Tuya route serves
 
 
 def tuya_error_code(code: int) -> str:
@@ -72,6 +76,22 @@ class TuyaRoute(MnemosRoute):
 
 
 router = APIRouter(tags=["Tuya device memories"], route_class=TuyaRoute)
+
+
+def answer_routing_errors_in_envelope(app: FastAPI) -> None:
+    """A path under `/v1.0/` that no route serves (404), or a method its route does not (405),
+    is answered in the envelope (1108; 1110 past the address's limit), as every other refusal
+    on Tuya's paths: the official connector reads only `success` and `code`."""
+    answer_routing_errors_as(app, lambda path: path.startswith(TUYA_PATHS), _in_envelope)
+
+
+def _in_envelope(request: Request, found: Response) -> Response:
+    message = orjson.loads(bytes(found.body))["error"]["message"]
+    if found.status_code == 429:
+        return envelope(request, code=TOO_FREQUENT, msg="request frequency over limit, retry later")
+    allowed = found.headers.get("allow")
+    detail = f"{request.method} is not served here (Allow: {allowed})" if allowed else message
+    return envelope(request, code=URI_PATH_INVALID, msg=f"uri path invalid: {detail}")
 
 
 async def signed(request: Request) -> SignedRequest:

@@ -23,7 +23,8 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mnemos.api.deps import Services, any_caller
-from mnemos.api.middleware import error_body, request_id_of, send_error
+from mnemos.api.middleware import request_id_of, send_error
+from mnemos.api.responses import error_body
 from mnemos.api.routing import NamedRoute
 from mnemos.errors import McpNotInstalled, MnemosError, RateLimited, Unauthorized
 from mnemos.mcp import sdk_installed

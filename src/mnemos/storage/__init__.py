@@ -149,16 +149,18 @@ def backend(url: str) -> Backend:
 
 
 def check_settings(settings: Settings) -> None:
-    """Refuse settings the chosen backend cannot honour (`ValueError`, saying why)."""
+    """Refuse settings no backend or not the chosen one can honour (`ValueError`, saying why):
+    an unknown URL scheme, read replicas on a backend without them."""
     url = settings.resolved_database_url()
+    chosen = backend(url)
     if settings.replica_urls():
-        if not backend(url).replicas:
+        if not chosen.replicas:
             raise ValueError(
                 "MNEMOS_DATABASE_REPLICA_URLS needs a PostgreSQL MNEMOS_DATABASE_URL "
                 f"({url.partition(':')[0]} has no read replicas)"
             )
         for replica in settings.replica_urls():
-            if backend(replica) is not backend(url):
+            if backend(replica) is not chosen:
                 raise ValueError("every MNEMOS_DATABASE_REPLICA_URLS entry must be postgresql://")
 
 

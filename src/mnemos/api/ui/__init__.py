@@ -6,14 +6,12 @@ every asset is served from `/ui/static/` (docs/ui.md, docs/decisions.md "The web
 
 from __future__ import annotations
 
-import inspect
-
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mnemos.api.error_handlers import answer_routing_errors_as
 from mnemos.api.routing import NamedMount
 from mnemos.api.ui import account, memories
 from mnemos.api.ui.web import HOME, STATIC_DIR, is_page, refusal_page
@@ -37,21 +35,16 @@ def install_ui(app: FastAPI) -> None:
 
 def _answer_pages_errors_as_pages(app: FastAPI) -> None:
     """A path under `/ui` that no page serves (404), or a method none serves there (405), is
-    answered as a page with the page's security headers, not the API's JSON: the API's handler
-    still decides the status, code, message and `Allow`; this only renders its answer."""
-    api_answer = app.exception_handlers[StarletteHTTPException]
+    answered as a page with the page's security headers, not the API's JSON."""
+    answer_routing_errors_as(app, is_page, _as_page)
 
-    async def answer(request: Request, exc: Exception) -> Response:
-        given = api_answer(request, exc)
-        found: Response = await given if inspect.isawaitable(given) else given
-        if not is_page(request.url.path):
-            return found
-        error = orjson.loads(bytes(found.body))["error"]
-        refusal = MnemosError(error["message"])
-        refusal.status, refusal.code = found.status_code, error["code"]
-        page = refusal_page(refusal)
-        if "allow" in found.headers:
-            page.headers["Allow"] = found.headers["allow"]
-        return page
 
-    app.add_exception_handler(StarletteHTTPException, answer)
+def _as_page(_request: Request, found: Response) -> Response:
+    error = orjson.loads(bytes(found.body))["error"]
+    refusal = MnemosError(error["message"])
+    refusal.status, refusal.code = found.status_code, error["code"]
+    page = refusal_page(refusal)
+    for name in ("allow", "retry-after"):
+        if name in found.headers:
+            page.headers[name.title()] = found.headers[name]
+    return page
