@@ -87,8 +87,37 @@ def test_a_merge_does_not_silently_drop_a_newer_value_of_a_tuya_key(
                 histories = set(conn.execute(sa.select(memory_history.c.memory_id)).scalars())
         finally:
             there.dispose()
-    assert histories <= ids, "history rows of a memory the merge did not import"
     assert new in ids, "today's value of the key was skipped as if the target held it"
+    assert histories <= ids, "history rows of a memory the merge did not import"
+
+
+@pytest.mark.xfail(
+    strict=True, reason="review14: --merge brings back what the target erased about a person"
+)
+def test_a_merge_does_not_bring_back_what_a_person_erased(
+    client: TestClient, world: World, database_url: str
+) -> None:
+    """A person's erasure deletes every memory about them and records it in `erasures`; a
+    later `import --merge` of an export taken before it (yesterday's, or another server's copy
+    of the organization: the documented use) puts every erased memory back, history and all,
+    although the target's own `erasures` row says they were erased. docs/privacy.md leaves
+    restored *backups* to the operator; a merge into the live database that holds the erasure
+    can refuse, or skip, memories about a subject erased after they were stored."""
+    ann = world.user("Ann", "r14-erase")
+    agent = world.agent(world.user("Bob", "r14-erase"))
+    body = memory_body("ann's salary is 80k", scope="subject", subject_id=ann.id)
+    stored = client.post("/api/v1/agent/memories", json=body, headers=agent.headers)
+    assert stored.status_code == 201, stored.text
+    before = _dump(database_url)
+    erased = client.post("/api/v1/me/memories/erase", json={"confirm": True}, headers=ann.headers)
+    assert erased.json()["data"]["erased"] == 1
+    try:
+        import_database(database_url, [*io.BytesIO(before)], merge=True)
+    except TransferError:
+        return  # refused: the operator is told
+    count = client.get("/api/v1/me/memories/count", headers=ann.headers)
+    export = client.get("/api/v1/me/memories/export", headers=ann.headers)
+    assert export.content == b"", (count.text, export.text[:200])
 
 
 # --- the export's lines as PostgreSQL sent them -----------------------------------------------
