@@ -228,12 +228,14 @@ def test_doctor_names_an_unknown_database_scheme_as_a_configuration_problem() ->
     """`examine` asked `backend(url)` inside its configuration check; since `check_settings`
     replaced it, the scheme is first read outside the check (`backend(url).exists`), so a
     mistyped scheme (`postgress://`, `mysql://`) ends `mnemos doctor` with a ValueError
-    traceback instead of its `configuration: problem` line, the one mistake doctor is for."""
+    traceback (a bare path: SQLAlchemy's ArgumentError) instead of its `configuration:
+    problem` line, the one mistake doctor is for."""
     from mnemos.doctor import examine
 
-    findings = examine(database_url="mysql://db.example/mnemos")
-    assert [(f.check, f.level) for f in findings] == [("configuration", "problem")]
-    assert "scheme" in findings[0].detail
+    for url in ("mysql://db.example/mnemos", "/var/lib/mnemos/mnemos.db"):  # a path, no URL
+        findings = examine(database_url=url)
+        assert [(f.check, f.level) for f in findings] == [("configuration", "problem")], url
+        assert "scheme" in findings[0].detail
 
 
 # --- error shapes ----------------------------------------------------------------------------
