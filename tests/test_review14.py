@@ -1,6 +1,7 @@
 """Sixth hostile review (review14): findings in what the last session changed (the export's
 lines as PostgreSQL's bytes, `import --merge`'s clash check, `doctor`'s settings check) and in
-what the earlier reviews did not reach.
+what the earlier reviews did not reach (`mnemos backup` under writers, a merge after an
+erasure, Tuya's 404 and 405).
 
 Each test states the behaviour the finding asks for and is a strict xfail: it fails today for
 the finding's reason (run with `--runxfail` to see it) and passes once fixed (docs/decisions.md,
