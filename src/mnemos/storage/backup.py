@@ -1,10 +1,11 @@
 """`mnemos backup`: a consistent copy of a SQLite database, taken while it serves.
 
-SQLite's online backup API copies the database page by page under a read transaction, a few
-hundred pages at a time: writers keep going between steps, and a step that sees a page changed
-by another connection starts the copy over, so what lands in the file is one committed state.
-The copy is then checked with `PRAGMA integrity_check` before it is kept. (PostgreSQL: pg_dump,
-see docs/operations.md.)
+SQLite's online backup API copies the database under one read transaction, in one step: in WAL
+mode a reader never stops writers, and what lands in the file is the committed state the step
+began with. (In several steps, a write between two of them starts the copy over from its first
+page: a server that commits more often than the copy takes would never get its backup.) The
+copy is then checked with `PRAGMA integrity_check` before it is kept. (PostgreSQL: pg_dump, see
+docs/operations.md.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sqlalchemy.engine import make_url
 
 from mnemos.errors import MnemosError
 
-PAGES_PER_STEP = 1024
+ALL_PAGES = -1  # the backup API's "every page in one step"
 
 
 class BackupFailed(MnemosError):
@@ -72,7 +73,7 @@ def backup_sqlite(source: Path, out: Path) -> dict[str, object]:
         src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
         dst = sqlite3.connect(partial)
         try:
-            src.backup(dst, pages=PAGES_PER_STEP)
+            src.backup(dst, pages=ALL_PAGES)
             dst.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
         finally:
             dst.close()

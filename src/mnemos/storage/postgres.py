@@ -178,6 +178,9 @@ def lexeme_stats(elems: list[str] | None, freqs: list[float] | None, rows: float
 
 REPLICA_CONNECT_TIMEOUT_S = 2  # a replica that does not answer costs a read this much, once
 PROBE_TIMEOUT_MS = 2_000
+# Every connection speaks UTF-8 whatever the environment says (libpq reads PGCLIENTENCODING):
+# the person's export hands over the bytes PostgreSQL sent (`pg_export`), served as UTF-8.
+CLIENT_ENCODING = {"client_encoding": "UTF8"}
 
 
 def _engine(url: str, pool_size: int, **connect_args: Any) -> Engine:
@@ -190,7 +193,7 @@ def _engine(url: str, pool_size: int, **connect_args: Any) -> Engine:
         pool_pre_ping=True,
         pool_timeout=10,
         json_deserializer=read_json,
-        connect_args={"options": options, **connect_args},
+        connect_args={"options": options, **CLIENT_ENCODING, **connect_args},
     )
 
 
@@ -324,7 +327,10 @@ class PostgresStore(SqlStore):
             pool_timeout=10,
             json_deserializer=read_json,
             isolation_level="AUTOCOMMIT",
-            connect_args={"options": f"-c statement_timeout={int(search_budget_ms)}"},
+            connect_args={
+                "options": f"-c statement_timeout={int(search_budget_ms)}",
+                **CLIENT_ENCODING,
+            },
         )
         self._stats: tuple[float, LexemeStats] | None = None
         self._stats_lock = threading.Lock()
