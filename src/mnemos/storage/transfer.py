@@ -51,7 +51,7 @@ derived from content and keyed by row numbers that `--merge` renumbers: every im
 is queued for embedding by the database's own trigger (`mnemos reindex` or the server's
 embedding workers rebuild them)."""
 
-MERGE_KEYS = {"memory_history": ("memory_id", "event", "at")}
+MERGE_KEYS = {"memories": ("id",), "memory_history": ("memory_id", "event", "at")}
 """What identifies a row of a table whose primary key the target numbers itself with --merge:
 an imported row the target already holds by these columns is skipped."""
 
@@ -82,16 +82,21 @@ class Summary:
 
     rows: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
+    erased: dict[str, int] = field(default_factory=dict)  # of `skipped`: about an erased person
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        answer: dict[str, Any] = {
             "tables": {
                 name: {"rows": count, "skipped": self.skipped.get(name, 0)}
+                | ({"erased": self.erased[name]} if self.erased.get(name) else {})
                 for name, count in self.rows.items()
             },
             "rows": sum(self.rows.values()),
             "skipped": sum(self.skipped.values()),
         }
+        if any(self.erased.values()):
+            answer["erased"] = sum(self.erased.values())
+        return answer
 
 
 def exported_tables() -> list[sa.Table]:

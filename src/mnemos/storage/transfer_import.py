@@ -9,7 +9,8 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -19,7 +20,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from mnemos.domain.tenants import UNKNOWN
-from mnemos.storage.schema import MEMORY_SIDE, metadata
+from mnemos.storage.schema import MEMORY_SIDE, erasures, metadata
 from mnemos.storage.sql_base import EVERY_TENANT
 from mnemos.storage.transfer import (
     BATCH_ROWS,
@@ -169,7 +170,7 @@ def import_database(
             else:
                 names = [str(table.name) for table in exported_tables()]
                 with bulk_load(conn, names) as loader, _collector_paused():
-                    targets, old = _load(conn, stream, summary, progress, loader, {})
+                    targets, old = _load(conn, stream, summary, progress, loader, Held())
             _after_import(conn, targets.values(), old)
     finally:
         engine.dispose()
@@ -257,8 +258,10 @@ def _flush(
     tuples(target.table, batch, first_line, conn.dialect)
     rows = target.rows(batch)
     _refuse_grafts(conn, target.table, rows, first_line, held)
+    rows, erased = _not_erased(target.table, rows, held)
+    summary.erased[name] = summary.erased.get(name, 0) + erased
     before = _count(conn, target.table)
-    rows = _not_held(conn, target.table, rows)
+    rows = _not_held(conn, target.table, rows, held)
     if rows:
         try:
             conn.execute(target.statement, rows)
@@ -279,7 +282,8 @@ def _refuse_clashes(
     unique column (a person's email that is another person's there): refused, naming them,
     instead of going on without it (the rows that point at it would fail on their foreign
     key, a refusal that names neither)."""
-    key = [column.name for column in table.primary_key.columns]
+    # A row's key: the natural one where the target numbers the primary key itself.
+    key = MERGE_KEYS.get(str(table.name)) or [column.name for column in table.primary_key.columns]
     unique = sorted(
         {
             column.name
@@ -287,6 +291,7 @@ def _refuse_clashes(
             if isinstance(constraint, sa.UniqueConstraint)
             for column in constraint.columns
         }
+        | {column.name for index in table.indexes if index.unique for column in index.columns}
         | {column.name for column in table.columns if column.unique}
     )
     if not unique or not all(name in rows[0] for name in key):
@@ -319,17 +324,58 @@ merged into the target's tenants (a newer export of the same organization brings
 memories): they grant nobody access."""
 
 
-Held = dict[str, set[Any]]
-"""The ids of the tables rows can belong to (`GRAFTS`), as the target held them before."""
+@dataclass
+class Held:
+    """What the target held before a merge, read before the first row goes in."""
+
+    ids: dict[str, set[Any]] = field(default_factory=dict)
+    """The ids of the tables rows can belong to (`GRAFTS`)."""
+    erased: dict[Any, datetime] = field(default_factory=dict)
+    """Each person the target erased, with the time of their last erasure."""
+    passed_over: set[Any] = field(default_factory=set)
+    """The file's memories the merge did not take (the target holds them, or erased them): their
+    history rows are not taken either (a merge adds what is new, it never changes what the
+    target holds)."""
 
 
 def held_before(conn: Connection) -> Held:
-    """What the target holds that a merge may not add to (read before the first row goes in)."""
+    """What the target holds that a merge may not add to or bring back."""
     names = {name for _, _, parents in GRAFTS.values() for name in parents}
-    return {
-        name: set(conn.execute(sa.select(metadata.tables[name].c.id)).scalars())
-        for name in sorted(names)
-    }
+    E = erasures.c
+    return Held(
+        ids={
+            name: set(conn.execute(sa.select(metadata.tables[name].c.id)).scalars())
+            for name in sorted(names)
+        },
+        erased=dict(
+            conn.execute(sa.select(E.subject_id, sa.func.max(E.at)).group_by(E.subject_id)).all()
+        ),
+    )
+
+
+WRITTEN_AT = {"memories": "inserted_at", "memory_history": "at"}
+"""When a row about a person was written, for the tables an erasure empties of it."""
+
+
+def _not_erased(
+    table: sa.Table, rows: list[dict[str, Any]], held: Held
+) -> tuple[list[dict[str, Any]], int]:
+    """With --merge, the rows that are not about a person the target erased after they were
+    written (a memory stored before the erasure, a change made before it): erased there, they
+    never come back through a merge of an older file. With how many were left out."""
+    name = str(table.name)
+    when = WRITTEN_AT.get(name)
+    if when is None or not held.erased:
+        return rows, 0
+    kept = []
+    for row in rows:
+        erased_at = held.erased.get(row["subject_id"])
+        if erased_at is not None and row[when] <= erased_at:
+            if name == "memories":
+                held.passed_over.add(row["id"])
+            continue
+        kept.append(row)
+    return kept, len(rows) - len(kept)
 
 
 def _refuse_grafts(
@@ -341,7 +387,7 @@ def _refuse_grafts(
     if graft is None:
         return
     own, parent, parents = graft
-    before = set().union(*(held[name] for name in parents))
+    before = set().union(*(held.ids[name] for name in parents))
     suspects = [(offset, row) for offset, row in enumerate(rows) if row.get(parent) in before]
     if not suspects:
         return
@@ -367,15 +413,25 @@ def _held_keys(
 
 
 def _not_held(
-    conn: Connection, table: sa.Table, rows: list[dict[str, Any]]
+    conn: Connection, table: sa.Table, rows: list[dict[str, Any]], held: Held
 ) -> list[dict[str, Any]]:
     """With --merge, the rows of a table whose key the target numbers itself (`MERGE_KEYS`)
-    that the target does not already hold by their natural key."""
-    natural = MERGE_KEYS.get(str(table.name))
+    that the target does not already hold by their natural key; a memory it holds is passed
+    over with its history (`Held.passed_over`)."""
+    name = str(table.name)
+    natural = MERGE_KEYS.get(name)
+    if name == "memory_history":
+        rows = [row for row in rows if row["memory_id"] not in held.passed_over]
     if natural is None or not rows:
         return rows
-    held = _held_keys(conn, table, natural, rows)
-    return [row for row in rows if tuple(row[name] for name in natural) not in held]
+    there = _held_keys(conn, table, natural, rows)
+    kept = []
+    for row in rows:
+        if tuple(row[column] for column in natural) not in there:
+            kept.append(row)
+        elif name == "memories":
+            held.passed_over.add(row["id"])
+    return kept
 
 
 UNNAMED = str(UNKNOWN)
