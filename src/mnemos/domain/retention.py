@@ -15,7 +15,7 @@ from typing import Protocol
 
 from mnemos.domain.history import SERVER
 from mnemos.domain.ids import utcnow
-from mnemos.domain.models import ChangedBy, RetentionPolicy, System, parse_enum
+from mnemos.domain.models import ChangedBy, Organization, RetentionPolicy, System, parse_enum
 from mnemos.domain.ports import RightsStore
 from mnemos.errors import NotFound, invalid_field
 
@@ -25,6 +25,8 @@ MAX_DAYS = 36_500
 
 class RetentionStore(RightsStore, Protocol):
     """Retention policies and the archiving of expired memories."""
+
+    def get_organization(self, org_id: uuid.UUID) -> Organization | None: ...
 
 
 class RetentionService:
@@ -53,6 +55,8 @@ class RetentionService:
         kind = parse_enum(System, system, "system")
         if kind not in RETAINED_SYSTEMS:
             raise invalid_field("system", "retention applies to working and sensory memories")
+        if self.store.get_organization(organization_id) is None:  # as `set` answers it
+            raise NotFound("No such organization", {"org": str(organization_id)})
         total = 0
         while True:
             done = self.store.restore_expired(organization_id, kind, self.batch, by)
