@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -94,30 +95,37 @@ class FailureLimiter:
         self.max_addresses = max_addresses
         self._blocked_until: dict[str, float] = {}
 
-    def retry_after(self, address: str) -> int | None:
-        """Seconds until `address` may try again, or None when it may try now."""
-        until = self._blocked_until.get(address)
-        if until is None:
-            return None
+    def retry_after(self, keys: Sequence[tuple[str, int]]) -> int | None:
+        """Seconds until a client whose failures count under `keys` (each a name and its
+        limit's multiple: `mnemos.api.access.failure_keys`) may try again, or None when it may
+        try now."""
         now = time.time()
-        if until <= now:
-            self._blocked_until.pop(address, None)
-            return None
-        return max(1, int(until - now))
+        waits = []
+        for key, _ in keys:
+            until = self._blocked_until.get(key)
+            if until is None:
+                continue
+            if until <= now:
+                self._blocked_until.pop(key, None)
+                continue
+            waits.append(max(1, int(until - now)))
+        return max(waits, default=None)
 
-    async def failed(self, address: str) -> None:
-        """Count one failed authentication from `address`."""
+    async def failed(self, keys: Sequence[tuple[str, int]]) -> None:
+        """Count one failed authentication under each of `keys`; a key past its limit
+        (`per_minute` times its multiple) is refused until the window ends."""
         now = time.time()
         window = int(now // WINDOW_SECONDS)
-        try:
-            count = await self.counter.hit(f"fail:{address}", window)
-        except Exception:  # noqa: BLE001 - fail open, see the module docstring
-            log.warning("rate limiter unavailable; not counting a failure", exc_info=True)
-            return
-        if count >= self.per_minute:
-            if len(self._blocked_until) >= self.max_addresses:
-                self._blocked_until = {k: v for k, v in self._blocked_until.items() if v > now}
-            self._blocked_until[address] = (window + 1) * WINDOW_SECONDS
+        for key, multiple in keys:
+            try:
+                count = await self.counter.hit(f"fail:{key}", window)
+            except Exception:  # noqa: BLE001 - fail open, see the module docstring
+                log.warning("rate limiter unavailable; not counting a failure", exc_info=True)
+                return
+            if count >= self.per_minute * multiple:
+                if len(self._blocked_until) >= self.max_addresses:
+                    self._blocked_until = {k: v for k, v in self._blocked_until.items() if v > now}
+                self._blocked_until[key] = (window + 1) * WINDOW_SECONDS
 
 
 class TenantShares:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 
@@ -155,17 +156,39 @@ def test_a_flood_of_invalid_keys_from_one_address_is_refused(
 
 
 def test_an_ipv6_client_is_counted_by_its_64(settings: Settings, store: Store) -> None:
-    """Every address of an IPv6 /64 is one client's: a flood of invalid keys spread over its
-    addresses meets one failure limit, and requests without a key one per-minute limit."""
+    """Every address of an IPv6 /64 is one client's for requests without a key (one per-minute
+    limit). Failed keys count against the address and, at `IPV6_SITE_FAILURES` times the limit,
+    against its /64: a flood spread over the /64's addresses meets that limit, while one
+    address's failures do not lock out its neighbours (hosts that give customers single
+    addresses of a shared /64)."""
+    from mnemos.api.access import IPV6_SITE_FAILURES
+
+    limit = 3  # failures_limited's
     app = create_app(failures_limited(settings), store)
-    site = [TestClient(app, client=(f"2001:db8:7:7::{n:x}", 1)) for n in range(1, 5)]
+    site = [TestClient(app, client=(f"2001:db8:7:7::{n:x}", 1)) for n in range(1, 41)]
     elsewhere = TestClient(app, client=("2001:db8:7:8::1", 1))
-    with site[0], site[1], site[2], site[3], elsewhere:
-        for n, client in enumerate(site[:3]):
-            error(client.get(BASE, headers={"X-API-Key": f"mn_agent_bad{n}"}), 401, "unauthorized")
-        refused = error(site[3].get(BASE, headers={"X-API-Key": "mn_bad"}), 429, "rate_limited")
+    bad = {"X-API-Key": "mn_agent_bad"}
+    with contextlib.ExitStack() as stack:
+        for client in [*site, elsewhere]:
+            stack.enter_context(client)
+        for _ in range(limit):
+            error(site[0].get(BASE, headers=bad), 401, "unauthorized")
+        refused = error(site[0].get(BASE, headers=bad), 429, "rate_limited")
         assert "failed authentications" in refused["message"]
-        error(elsewhere.get(BASE, headers={"X-API-Key": "mn_bad"}), 401, "unauthorized")
+        error(site[1].get(BASE, headers=bad), 401, "unauthorized")  # a neighbour is not refused
+        # The rest of the /64's allowance, spread two failures an address.
+        spread = iter(site[2:])
+        for _ in range((limit * IPV6_SITE_FAILURES - limit - 1) // 2):
+            client = next(spread)
+            for _ in range(2):
+                error(client.get(BASE, headers=bad), 401, "unauthorized")
+        fresh = next(spread)
+        if (limit * IPV6_SITE_FAILURES - limit - 1) % 2:
+            error(fresh.get(BASE, headers=bad), 401, "unauthorized")
+            fresh = next(spread)
+        refused = error(fresh.get(BASE, headers=bad), 429, "rate_limited")  # the /64 is full
+        assert "failed authentications" in refused["message"]
+        error(elsewhere.get(BASE, headers=bad), 401, "unauthorized")  # another /64 is not
     app = create_app(limited(settings), store)
     site = [TestClient(app, client=(f"2001:db8:9:9::{n:x}", 1)) for n in range(1, 7)]
     with site[0], site[1], site[2], site[3], site[4], site[5]:

@@ -37,6 +37,11 @@ ADDRESS_BUSY = "Too many requests from this address are in flight; retry shortly
 
 
 IPV6_CLIENT_PREFIX = 64  # one client's share of IPv6 addresses: a site is given a /64 or more
+# Failed authentications are counted by address and by /64: some hosts give customers single
+# addresses of a shared /64, so the /64's limit is this many times an address's (one customer's
+# failures do not lock its neighbours out; addresses taken one by one across a /64 still meet
+# a limit).
+IPV6_SITE_FAILURES = 8
 
 
 def client_address(scope: Scope) -> str:
@@ -54,6 +59,16 @@ def client_address(scope: Scope) -> str:
     if found.ipv4_mapped is not None:
         return str(found.ipv4_mapped)
     return str(ipaddress.IPv6Network((found, IPV6_CLIENT_PREFIX), strict=False))
+
+
+def failure_keys(scope: Scope) -> list[tuple[str, int]]:
+    """What a failed authentication counts against, each with its limit's multiple: an IPv4
+    address; an IPv6 address and, at `IPV6_SITE_FAILURES` times the limit, its /64."""
+    site = client_address(scope)
+    if "/" not in site:  # IPv4 (mapped ones included), or an address that is not one
+        return [(site, 1)]
+    own = str(ipaddress.IPv6Address(str((scope.get("client") or ("",))[0]).split("%", 1)[0]))
+    return [(own, 1), (site, IPV6_SITE_FAILURES)]
 
 
 def limiters(request: Request) -> Limiters:
@@ -190,16 +205,16 @@ async def authenticate(
 
     `refuse` renders a refusal in the API family's own shape (Tuya: its envelope)."""
     guard = limiters(request)
-    address = client_address(request.scope)
+    counted_as = failure_keys(request.scope)
     if guard.failures is not None:
-        wait = guard.failures.retry_after(address)
+        wait = guard.failures.retry_after(counted_as)
         if wait is not None:
             raise refuse(wait, "Too many failed authentications from this address; retry later")
     try:
         found = await run_in_threadpool(resolve)
     except failures:
         if guard.failures is not None:
-            await guard.failures.failed(address)
+            await guard.failures.failed(counted_as)
         raise
     try:
         await count_request(request, identity(found))
