@@ -33,7 +33,6 @@ import numpy as np
 
 from bench import sides as sides_
 from bench.run import AGENT, STORE_BODY, bench_port, database
-from bench.worker_wake import cpu_seconds
 
 PREPARE = """
 import json, sys
@@ -90,13 +89,13 @@ def phase(
         with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
             for i in range(requests + WARMUP):
                 if i == WARMUP:
-                    cpu = cpu_seconds(server.pid)
+                    cpu = sides_.cpu_seconds(server.pid)
                 body = json.loads(STORE_BODY.replace("%d %d", f"0 {i} {uuid.uuid4().hex}"))
                 started = time.perf_counter()
                 http.post(AGENT, json=body).raise_for_status()
                 if i >= WARMUP:
                     spent.append((time.perf_counter() - started) * 1000)
-        cpu = cpu_seconds(server.pid) - cpu
+        cpu = sides_.cpu_seconds(server.pid) - cpu
         seconds = time.perf_counter() - began
         embedded = before - sides_.backlog(url, tree) + requests + WARMUP
         return {
