@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+TICKS = os.sysconf("SC_CLK_TCK")
 Run = Callable[[str, str, dict[str, Path], argparse.Namespace], dict[str, Any]]
 
 
@@ -70,6 +71,22 @@ store.close()
 def backlog(url: str, tree: Path) -> int:
     """Memories waiting to be embedded in the database at `url`, read with the side's code."""
     return int(in_side(tree, BACKLOG, url))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its children that are still running."""
+    total = 0.0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICKS
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except FileNotFoundError:
+            continue
+        pids.extend(int(child) for child in children)
+    return total
 
 
 def load_average() -> list[float]:

@@ -10,7 +10,8 @@ drains that backlog for the whole run, as after an import or a `mnemos reindex`.
 queue is emptied first, so the worker embeds only what the client stores, each memory right
 after its store. "none": no worker at all (`MNEMOS_EMBEDDER=none`). One client stores `--requests` memories
 one after the other (after 10 unmeasured); reported: store p50 / p95 / p99 ms per run and the
-median of rounds. With `--normal 1`, SQLite also runs the last side with
+median of rounds, and the server process's CPU (user + system, every thread: the worker's too
+when it runs) per measured store. With `--normal 1`, SQLite also runs the last side with
 `MNEMOS_SQLITE_SYNCHRONOUS=NORMAL` (what the store costs without an fsync per commit). Sides
 run one after the other, the order reversed every other round.
 """
@@ -84,17 +85,22 @@ def phase(
         spent: list[float] = []
         headers = {"X-API-Key": facts["key"]}
         base = f"http://127.0.0.1:{port}"
+        cpu = 0.0
         with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
             for i in range(requests + WARMUP):
+                if i == WARMUP:
+                    cpu = sides_.cpu_seconds(server.pid)
                 body = json.loads(STORE_BODY.replace("%d %d", f"0 {i} {uuid.uuid4().hex}"))
                 started = time.perf_counter()
                 http.post(AGENT, json=body).raise_for_status()
                 if i >= WARMUP:
                     spent.append((time.perf_counter() - started) * 1000)
+        cpu = sides_.cpu_seconds(server.pid) - cpu
         seconds = time.perf_counter() - began
         embedded = before - sides_.backlog(url, tree) + requests + WARMUP
         return {
             "store ms": figures(spent),
+            "server cpu ms per store": round(cpu * 1000 / requests, 2),
             "backlog at start": facts["backlog"],
             "embedded per s meanwhile": round(embedded / seconds, 1),
             "load average": sides_.load_average(),
@@ -127,6 +133,11 @@ def run(
         key: {
             f"store {p} ms (median of rounds)": sides_.median([r["store ms"][p] for r in runs])
             for p in ("p50", "p95", "p99")
+        }
+        | {
+            "server cpu ms per store (median of rounds)": sides_.median(
+                [r["server cpu ms per store"] for r in runs]
+            )
         }
         for key, runs in found.items()
     }

@@ -35,8 +35,6 @@ from bench import sides as sides_
 from bench.run import AGENT, STORE_BODY, bench_port, database
 from bench.store_latency import IDLE_SETTLE_SECONDS, PREPARE
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
 BESIDE = """
 import json, sys, time, uuid
 import httpx
@@ -63,22 +61,6 @@ print(json.dumps(spent))
 """
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of `pid` and its children that are still running."""
-    total = 0.0
-    pids = [pid]
-    while pids:
-        current = pids.pop()
-        try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / TICKS
-            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
-        except FileNotFoundError:
-            continue
-        pids.extend(int(child) for child in children)
-    return total
-
-
 def side(backend: str, template: str, tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="mnemos-wake-"))
     url, drop = database(backend, tmp, template)
@@ -89,9 +71,9 @@ def side(backend: str, template: str, tree: Path, args: argparse.Namespace) -> d
         facts = json.loads(sides_.in_side(tree, PREPARE, url, "idle"))
         server = sides_.serve(tree, url, port, MNEMOS_EMBEDDER="local")
         time.sleep(IDLE_SETTLE_SECONDS)
-        used = cpu_seconds(server.pid)
+        used = sides_.cpu_seconds(server.pid)
         time.sleep(args.idle)
-        idle = (cpu_seconds(server.pid) - used) / args.idle
+        idle = (sides_.cpu_seconds(server.pid) - used) / args.idle
         found: list[float] = []
         if args.beside:
             beside = subprocess.Popen(

@@ -106,6 +106,38 @@ def test_a_failing_writer_rolls_back_only_its_own_work(store: SqliteStore) -> No
     assert count(store) == 3
 
 
+def test_a_lone_writer_runs_without_a_savepoint(store: SqliteStore) -> None:
+    """A store alone in its batch runs in the transaction itself: no SAVEPOINT and RELEASE."""
+    statements: list[str] = []
+    sa.event.listen(
+        store._write_engine,
+        "before_cursor_execute",
+        lambda _c, _cur, sql, *_: statements.append(sql.split()[0].upper()),
+    )
+    store.insert_memory(memory(Scope.ORGANIZATION, None, uuid.uuid4()))
+    assert "INSERT" in statements
+    assert "SAVEPOINT" not in statements and "RELEASE" not in statements
+
+
+def test_a_failing_first_writer_rolls_back_only_its_own_work(store: SqliteStore) -> None:
+    """The batch's first block has no SAVEPOINT: its failure rolls back its transaction, which
+    holds nothing else; the writers queued behind it commit theirs, and so does the next."""
+
+    def fail(conn: Any) -> None:
+        insert(conn)
+        raise ValueError("this block fails")
+
+    outcomes = queue_behind_a_slow_writer(store, [insert, insert], first_body=fail)
+    assert isinstance(outcomes[0], ValueError)
+    assert outcomes[1:] == [None, None]
+    assert count(store) == 2
+    with pytest.raises(ValueError), store._write() as conn:
+        fail(conn)
+    assert count(store) == 2
+    store.insert_memory(memory(Scope.ORGANIZATION, None, uuid.uuid4()))
+    assert count(store) == 3
+
+
 def test_a_failed_commit_fails_every_writer_of_the_batch(store: SqliteStore) -> None:
     def refuse(_conn: Any) -> None:
         raise sa.exc.OperationalError("COMMIT", {}, Exception("disk I/O error"))

@@ -3,10 +3,11 @@
 SQLite has one writer at a time and a durable COMMIT costs an fsync, so with one transaction per
 write the disk, not the CPU, caps writes per second. Here every writer still runs its block
 alone, inside a SAVEPOINT of the open transaction (a block that fails rolls back only its own
-work); when a block ends and nobody is waiting for a turn, or `max_batch` blocks share the
-transaction, one COMMIT makes the whole batch durable. Every writer of the batch returns only
-after that COMMIT, and if it fails, every writer of the batch gets the error: nobody is told a
-write is saved before it is.
+work; the batch's first block needs none: were it to fail, the transaction holds nothing else
+and rolls back whole); when a block ends and nobody is waiting for a turn, or `max_batch`
+blocks share the transaction, one COMMIT makes the whole batch durable. Every writer of the
+batch returns only after that COMMIT, and if it fails, every writer of the batch gets the
+error: nobody is told a write is saved before it is.
 """
 
 from __future__ import annotations
@@ -64,16 +65,23 @@ class GroupCommit:
         with self._in_turn():
             batch = self._batch or self._begin()
             batch.size += 1
-            savepoint = batch.conn.begin_nested()
+            # The batch's first block runs in the transaction itself (were it to fail, the
+            # transaction holds nothing else: it rolls back whole); each later one in a
+            # SAVEPOINT, so that its failure takes back only its own work.
+            savepoint = batch.conn.begin_nested() if batch.size > 1 else None
             try:
                 yield batch.conn
-            except BaseException:
-                savepoint.rollback()
+            except BaseException as exc:
+                if savepoint is None:
+                    self._roll_back(batch, exc)
+                else:
+                    savepoint.rollback()
                 raise
             else:
-                savepoint.commit()
+                if savepoint is not None:
+                    savepoint.commit()
             finally:
-                if self._waiting == 0 or batch.size >= self._max_batch:
+                if self._batch is batch and (self._waiting == 0 or batch.size >= self._max_batch):
                     self._commit(batch)
         batch.done.wait()
         if batch.error is not None:
@@ -99,6 +107,14 @@ class GroupCommit:
             raise
         self._batch = _Batch(conn, transaction)
         return self._batch
+
+    def _roll_back(self, batch: _Batch, exc: BaseException) -> None:
+        """End the batch of one failed block: its transaction rolls back."""
+        self._batch = None
+        try:
+            batch.transaction.__exit__(type(exc), exc, exc.__traceback__)
+        finally:
+            batch.done.set()
 
     def _commit(self, batch: _Batch) -> None:
         self._batch = None

@@ -46,6 +46,9 @@ from mnemos.storage.sql_tuya import TuyaSql
 from mnemos.storage.sql_vectors import VectorsSql
 
 M = memories.c
+# Built once: the row goes in as the statement's parameters, so a store builds no statement and
+# its compiled form is found in the cache by a key computed once (not one per row's values).
+INSERT_MEMORY = memories.insert()
 
 
 class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
@@ -54,7 +57,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
     def insert_memory(self, memory: Memory, *, by: ChangedBy | None = None) -> None:
         row = memory_values(memory)
         with self._write() as conn:
-            conn.execute(memories.insert().values(**row))
+            conn.execute(INSERT_MEMORY, row)
             self._note_inserted(conn, [row])
             record(conn, [_created(memory, by)])
 
@@ -89,7 +92,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             ).first()
             if claimed is not None:
                 values = memory_values(memory)
-                conn.execute(memories.insert().values(**values))
+                conn.execute(INSERT_MEMORY, values)
                 self._note_inserted(conn, [values])
                 record(conn, [_created(memory, by)])
                 return memory.id, fingerprint
