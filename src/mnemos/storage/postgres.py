@@ -33,6 +33,7 @@ from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive, StorageUnavailable
 from mnemos.storage.pg_export import PIPELINED_EXPORTS, Statements, pipelined_batches
+from mnemos.storage.pg_pool import ping_when_idle
 from mnemos.storage.replicas import Mark, replica_set
 from mnemos.storage.rows import read_json
 from mnemos.storage.schema import UTCDateTime, memories
@@ -186,15 +187,15 @@ CLIENT_ENCODING = {"client_encoding": "UTF8"}
 def _engine(url: str, pool_size: int, **connect_args: Any) -> Engine:
     # No statement may hold a connection for long; a stuck query becomes a 503.
     options = f"-c statement_timeout={connect_args.pop('statement_timeout', STATEMENT_TIMEOUT_MS)}"
-    return sa.create_engine(
+    engine = sa.create_engine(
         driver_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
         pool_timeout=10,
         json_deserializer=read_json,
         connect_args={"options": options, **CLIENT_ENCODING, **connect_args},
     )
+    return ping_when_idle(engine)
 
 
 TS_RANK_LENGTH: sa.ColumnClause[Any] = sa.literal_column("1")
@@ -319,18 +320,19 @@ class PostgresStore(SqlStore):
         snapshots = engine.execution_options(isolation_level="REPEATABLE READ")
         # Searches outside a snapshot get connections of their own whose statement_timeout is
         # the search budget: no SET and RESET around each search (two round trips).
-        self._search_engine = sa.create_engine(
-            driver_url(url),
-            pool_size=pool_size,
-            max_overflow=pool_size,
-            pool_pre_ping=True,
-            pool_timeout=10,
-            json_deserializer=read_json,
-            isolation_level="AUTOCOMMIT",
-            connect_args={
-                "options": f"-c statement_timeout={int(search_budget_ms)}",
-                **CLIENT_ENCODING,
-            },
+        self._search_engine = ping_when_idle(
+            sa.create_engine(
+                driver_url(url),
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                pool_timeout=10,
+                json_deserializer=read_json,
+                isolation_level="AUTOCOMMIT",
+                connect_args={
+                    "options": f"-c statement_timeout={int(search_budget_ms)}",
+                    **CLIENT_ENCODING,
+                },
+            )
         )
         self._stats: tuple[float, LexemeStats] | None = None
         self._stats_lock = threading.Lock()
