@@ -155,13 +155,21 @@ def test_a_pipelined_request_is_answered_before_a_malformed_one_is_refused(
 ) -> None:
     """A request whose head is malformed while the one before it on the connection is still
     handled is not answered (`_may_answer`: the answer would not be the next on the wire), but
-    `_refuse` closes the connection at once: the request before it, handled by the
-    application (its effects made, a GET or a DELETE that reads no body), never gets its
-    answer. (uvicorn's own 400 used to be written in its place.) The refusal could wait for
-    that answer to be sent (as uvicorn's pipeline waits), then be written and close."""
+    `_refuse` closes the connection at once. The request before it is still run by the
+    application (one that reads no body, or whose body is in: here a key rotation, done) and
+    its answer is dropped: the person's new key is lost with it, the old one refused (401).
+    (uvicorn's own 400 used to be written in its place.) The refusal could wait for that answer
+    to be sent, as uvicorn's pipeline waits, then be written and close."""
+    org = server.admin("create-org", "--name", "R15")["id"]
+    ann = server.admin("create-user", "--name", "Ann", "--email", "ann@r15.test", "--org", org)
     port = int(server.base_url.rsplit(":", 1)[1])
+    rotate = (
+        b"POST /api/v1/me/api-key/rotate HTTP/1.1\r\nHost: t\r\nX-API-Key: "
+        + ann["api_key"].encode()
+        + b"\r\nContent-Length: 0\r\n\r\n"
+    )
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGARBAGE\r\n\r\n")
+        sock.sendall(rotate + b"GARBAGE\r\n\r\n")
         answers = b""
         while chunk := sock.recv(65536):
             answers += chunk
