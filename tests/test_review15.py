@@ -131,6 +131,30 @@ def test_a_merge_does_not_add_a_deletion_to_the_history_of_a_memory_the_target_h
     assert "deleted" not in events, events
 
 
+@pytest.mark.xfail(strict=True, reason="review15: a merge brings back a deleted memory")
+def test_a_merge_does_not_bring_back_a_memory_the_target_deleted(
+    client: TestClient, world: World, database_url: str
+) -> None:
+    """review14's erasure finding was fixed for erasures only (`_not_erased` reads the
+    target's `erasures`): a single memory a person deletes (`DELETE /api/v1/me/memories/{id}`,
+    a memory about them) leaves its `deleted` history row in the target, yet merging an export
+    taken before the deletion (the documented use) stores it again, active, and the person
+    sees it back. Suggested: with --merge, pass over a memory whose id the target's history
+    records as `deleted` (read once per batch, as `_held_keys` does)."""
+    ann = world.user("Ann", "r15-deleted")
+    agent = world.agent(world.user("Bob", "r15-deleted"))
+    body = memory_body("ann's phone is 555-0100", scope="subject", subject_id=ann.id)
+    stored = client.post(BASE, json=body, headers=agent.headers)
+    assert stored.status_code == 201, stored.text
+    memory_id = stored.json()["data"]["id"]
+    before = _dump(database_url)
+    gone = client.delete(f"/api/v1/me/memories/{memory_id}", headers=ann.headers)
+    assert gone.status_code == 204, gone.text
+    import_database(database_url, [*io.BytesIO(before)], merge=True)
+    again = client.get(f"/api/v1/me/memories/{memory_id}", headers=ann.headers)
+    assert again.status_code == 404, again.text
+
+
 # --- malformed HTTP answered in the error shape (`http_guard._may_answer`) --------------------
 
 
