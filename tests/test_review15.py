@@ -1,0 +1,200 @@
+"""Seventh hostile review (review15): findings in what landed since 431f6d4.
+
+Each test states the behaviour the finding asks for and fails now for the finding's reason
+(docs/decisions.md, "Seventh hostile review: findings (review15, 2026-12-05)")."""
+
+from __future__ import annotations
+
+import io
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from mnemos.api.app import create_app
+from mnemos.config import Settings
+from mnemos.storage import open_store
+from mnemos.storage.postgres import driver_url
+from mnemos.storage.schema import memories, memory_history
+from mnemos.storage.transfer import export_database
+from mnemos.storage.transfer_import import import_database
+from tests.conftest import BACKENDS, _empty_postgres
+from tests.live.conftest import LiveServer, _database_for, start_server, stop_server
+from tests.test_transfer import fresh
+from tests.world import World, memory_body
+
+BASE = "/api/v1/agent/memories"
+
+
+# --- PostgreSQL pings a pooled connection only after a second idle ---------------------------
+
+
+@pytest.fixture
+def postgres_url(request: pytest.FixtureRequest) -> str:
+    """PostgreSQL's test database, emptied: the finding is about its pool alone."""
+    if "postgresql" not in BACKENDS:
+        pytest.skip("no PostgreSQL server")
+    url: str = request.getfixturevalue("postgres_ready")
+    _empty_postgres(url)
+    return url
+
+
+@pytest.mark.xfail(
+    strict=True, reason="review15: a request after pg_terminate_backend is answered 503"
+)
+def test_a_request_after_its_pooled_connection_was_terminated_is_answered(
+    postgres_url: str,
+) -> None:
+    """`ping_when_idle` pings a pooled connection only when it sat idle a second or more; one
+    handed back a moment ago is handed out unchecked. A backend ended by the server since
+    (`pg_terminate_backend`, a proxy or pooler dropping its server connections, a failover
+    back within the second) fails the next request's statement: 503
+    `storage_unavailable`, where `pool_pre_ping` replaced the connection and answered 200
+    (checked: with `PING_AFTER_IDLE_S = 0` this test passes)."""
+    settings = Settings(database_url=postgres_url, rate_limit_per_minute=0, embedder="none")
+    store = open_store(settings)
+    try:
+        with TestClient(create_app(settings, store)) as client:
+            agent = World(store).agent(World(store).user("Ann", "r15-kill"))
+            stored = client.post(BASE, json=memory_body("one"), headers=agent.headers)
+            assert stored.status_code == 201, stored.text
+            admin = sa.create_engine(driver_url(postgres_url), poolclass=sa.pool.NullPool)
+            with admin.connect() as conn:
+                killed = conn.execute(
+                    sa.text(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                ).scalar_one()
+            admin.dispose()
+            assert killed > 0
+            listed = client.get(BASE, headers=agent.headers)
+            assert listed.status_code == 200, listed.text
+    finally:
+        store.close()
+
+
+# --- import --merge passes over held memories with their history ------------------------------
+
+
+def _dump(url: str) -> bytes:
+    out = io.BytesIO()
+    export_database(url, out)
+    return out.getvalue()
+
+
+@pytest.mark.xfail(strict=True, reason="review15: a merge adds history to a memory it holds")
+def test_a_merge_does_not_add_a_deletion_to_the_history_of_a_memory_the_target_holds(
+    client: TestClient, world: World, database_url: str, tmp_path: Path
+) -> None:
+    """`_not_held` passes over the history rows of the file's memories that the target holds
+    (`Held.passed_over`), but a memory deleted at the source is not in the file at all: its
+    `deleted` history row (kept, `SqlBase._delete_memories`) is merged onto the target's live
+    copy. Last night's export imported, today's merged (the documented use): the target's
+    memory is active and its history says it was deleted."""
+    ann = world.user("Ann", "r15-merge")
+    agent = world.agent(ann)
+    stored = client.post(BASE, json=memory_body("kept there"), headers=agent.headers)
+    assert stored.status_code == 201, stored.text
+    memory_id = uuid.UUID(stored.json()["data"]["id"])
+    last_night = _dump(database_url)
+    gone = client.delete(f"/api/v1/me/memories/{memory_id}", headers=ann.headers)
+    assert gone.status_code == 204, gone.text
+    today = _dump(database_url)
+
+    backend = "postgresql" if database_url.startswith("postgresql") else "sqlite"
+    with fresh(backend, tmp_path / "target") as target:
+        import_database(target, [*io.BytesIO(last_night)])
+        import_database(target, [*io.BytesIO(today)], merge=True)
+        there = sa.create_engine(target)
+        try:
+            with there.connect() as conn:
+                status = conn.execute(
+                    sa.select(memories.c.status).where(memories.c.id == memory_id)
+                ).scalar_one()
+                events = (
+                    conn.execute(
+                        sa.select(memory_history.c.event).where(
+                            memory_history.c.memory_id == memory_id
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
+        finally:
+            there.dispose()
+    assert status == "active"
+    assert "deleted" not in events, events
+
+
+@pytest.mark.xfail(strict=True, reason="review15: a merge brings back a deleted memory")
+def test_a_merge_does_not_bring_back_a_memory_the_target_deleted(
+    client: TestClient, world: World, database_url: str
+) -> None:
+    """review14's erasure finding was fixed for erasures only (`_not_erased` reads the
+    target's `erasures`): a single memory a person deletes (`DELETE /api/v1/me/memories/{id}`,
+    a memory about them) leaves its `deleted` history row in the target, yet merging an export
+    taken before the deletion (the documented use) stores it again, active, and the person
+    sees it back. Suggested: with --merge, pass over a memory whose id the target's history
+    records as `deleted` (read once per batch, as `_held_keys` does)."""
+    ann = world.user("Ann", "r15-deleted")
+    agent = world.agent(world.user("Bob", "r15-deleted"))
+    body = memory_body("ann's phone is 555-0100", scope="subject", subject_id=ann.id)
+    stored = client.post(BASE, json=body, headers=agent.headers)
+    assert stored.status_code == 201, stored.text
+    memory_id = stored.json()["data"]["id"]
+    before = _dump(database_url)
+    gone = client.delete(f"/api/v1/me/memories/{memory_id}", headers=ann.headers)
+    assert gone.status_code == 204, gone.text
+    import_database(database_url, [*io.BytesIO(before)], merge=True)
+    again = client.get(f"/api/v1/me/memories/{memory_id}", headers=ann.headers)
+    assert again.status_code == 404, again.text
+
+
+# --- malformed HTTP answered in the error shape (`http_guard._may_answer`) --------------------
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    tmp = tmp_path_factory.mktemp("review15")
+    databases = _database_for(request.param, tmp)
+    live = start_server(next(databases), tmp)
+    try:
+        yield live
+    finally:
+        stop_server(live)
+        databases.close()
+
+
+@pytest.mark.live
+@pytest.mark.xfail(strict=True, reason="review15: a pipelined request's answer is dropped")
+def test_a_pipelined_request_is_answered_before_a_malformed_one_is_refused(
+    server: LiveServer,
+) -> None:
+    """A request whose head is malformed while the one before it on the connection is still
+    handled is not answered (`_may_answer`: the answer would not be the next on the wire), but
+    `_refuse` closes the connection at once. The request before it is still run by the
+    application (one that reads no body, or whose body is in: here a key rotation, done) and
+    its answer is dropped: the person's new key is lost with it, the old one refused (401).
+    (uvicorn's own 400 used to be written in its place.) The refusal could wait for that answer
+    to be sent, as uvicorn's pipeline waits, then be written and close."""
+    org = server.admin("create-org", "--name", "R15")["id"]
+    ann = server.admin("create-user", "--name", "Ann", "--email", "ann@r15.test", "--org", org)
+    port = int(server.base_url.rsplit(":", 1)[1])
+    rotate = (
+        b"POST /api/v1/me/api-key/rotate HTTP/1.1\r\nHost: t\r\nX-API-Key: "
+        + ann["api_key"].encode()
+        + b"\r\nContent-Length: 0\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(rotate + b"GARBAGE\r\n\r\n")
+        answers = b""
+        while chunk := sock.recv(65536):
+            answers += chunk
+    assert answers.startswith(b"HTTP/1.1 200 OK\r\n"), answers
