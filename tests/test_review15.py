@@ -1,7 +1,7 @@
 """Seventh hostile review (review15): findings in what landed since 431f6d4.
 
-Each test states the behaviour the finding asks for and fails now for the finding's reason
-(docs/decisions.md, "Seventh hostile review: findings (review15, 2026-12-05)")."""
+Each test states the behaviour the finding asks for and failed, when written, for the finding's
+reason; all are fixed (docs/decisions.md, "Seventh hostile review: what was fixed")."""
 
 from __future__ import annotations
 
@@ -43,18 +43,15 @@ def postgres_url(request: pytest.FixtureRequest) -> str:
     return url
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review15: a request after pg_terminate_backend is answered 503"
-)
 def test_a_request_after_its_pooled_connection_was_terminated_is_answered(
     postgres_url: str,
 ) -> None:
-    """`ping_when_idle` pings a pooled connection only when it sat idle a second or more; one
-    handed back a moment ago is handed out unchecked. A backend ended by the server since
-    (`pg_terminate_backend`, a proxy or pooler dropping its server connections, a failover
-    back within the second) fails the next request's statement: 503
-    `storage_unavailable`, where `pool_pre_ping` replaced the connection and answered 200
-    (checked: with `PING_AFTER_IDLE_S = 0` this test passes)."""
+    """pgsem14's `ping_when_idle` pinged a pooled connection only when it sat idle a second or
+    more; one handed back a moment ago was handed out unchecked. A backend ended by the server
+    since (`pg_terminate_backend`, a proxy or pooler dropping its server connections, a
+    failover back within the second) failed the next request's statement: 503
+    `storage_unavailable`, where `pool_pre_ping` replaces the connection and answers 200
+    (fixed by going back to `pool_pre_ping`)."""
     settings = Settings(database_url=postgres_url, rate_limit_per_minute=0, embedder="none")
     store = open_store(settings)
     try:
@@ -87,7 +84,6 @@ def _dump(url: str) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.xfail(strict=True, reason="review15: a merge adds history to a memory it holds")
 def test_a_merge_does_not_add_a_deletion_to_the_history_of_a_memory_the_target_holds(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:
@@ -131,7 +127,6 @@ def test_a_merge_does_not_add_a_deletion_to_the_history_of_a_memory_the_target_h
     assert "deleted" not in events, events
 
 
-@pytest.mark.xfail(strict=True, reason="review15: a merge brings back a deleted memory")
 def test_a_merge_does_not_bring_back_a_memory_the_target_deleted(
     client: TestClient, world: World, database_url: str
 ) -> None:
@@ -173,7 +168,6 @@ def server(
 
 
 @pytest.mark.live
-@pytest.mark.xfail(strict=True, reason="review15: a pipelined request's answer is dropped")
 def test_a_pipelined_request_is_answered_before_a_malformed_one_is_refused(
     server: LiveServer,
 ) -> None:

@@ -78,6 +78,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_tail = b""  # the last bytes of the head so far, to find an end split in two
         self._target_bytes = 0
         self._refusal: Refusal | None = None
+        self._held: Refusal | None = None  # a refusal waiting for the answers before it
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -88,6 +89,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._held is not None:  # the connection ends once the answers before it are out
+            return
         if self._reading_head:
             window = self._head_tail + data
             end = window.find(HEAD_END)
@@ -144,12 +147,29 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._refusal = refusal
         raise _Refused(refusal.code)
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._held is not None and self._may_answer():
+            self._answer_and_close(self._held)
+
     def _refuse(self, refusal: Refusal) -> None:
         self._disarm()
         self.logger.warning("Refused a request: %s", refusal.message)
         if self._may_answer():
+            self._answer_and_close(refusal)
+        elif self._reading_head:
+            # Requests before it on this connection are still answered (the application may
+            # already have acted on them): the refusal follows their answers, then the end.
+            self._held = refusal
+            self.transport.pause_reading()
+        else:
+            self.transport.close()  # its own request is running: the application sees it gone
+
+    def _answer_and_close(self, refusal: Refusal) -> None:
+        self._held = None
+        if not self.transport.is_closing():
             self.transport.write(_response(refusal))
-        self.transport.close()
+            self.transport.close()
 
     def _may_answer(self) -> bool:
         """Whether an answer written now is the next on the wire. While a head is read,

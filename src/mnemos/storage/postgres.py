@@ -33,7 +33,6 @@ from mnemos.domain.queries import Audience
 from mnemos.domain.search import SearchQuery
 from mnemos.errors import SearchTooExpensive, StorageUnavailable
 from mnemos.storage.pg_export import PIPELINED_EXPORTS, Statements, pipelined_batches
-from mnemos.storage.pg_pool import ping_when_idle
 from mnemos.storage.replicas import Mark, replica_set
 from mnemos.storage.rows import read_json
 from mnemos.storage.schema import UTCDateTime, memories
@@ -184,18 +183,24 @@ PROBE_TIMEOUT_MS = 2_000
 CLIENT_ENCODING = {"client_encoding": "UTF8"}
 
 
-def _engine(url: str, pool_size: int, **connect_args: Any) -> Engine:
-    # No statement may hold a connection for long; a stuck query becomes a 503.
+def _engine(
+    url: str, pool_size: int, isolation_level: str | None = None, **connect_args: Any
+) -> Engine:
+    # No statement may hold a connection for long; a stuck query becomes a 503. A connection is
+    # pinged before every use: one that died since (a restart, `pg_terminate_backend`, a proxy
+    # dropping it) is replaced before the request meets it (docs/decisions.md, "A pooled
+    # connection is pinged only after it sat idle", and review15's finding 4).
     options = f"-c statement_timeout={connect_args.pop('statement_timeout', STATEMENT_TIMEOUT_MS)}"
-    engine = sa.create_engine(
+    return sa.create_engine(
         driver_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
+        pool_pre_ping=True,
         pool_timeout=10,
         json_deserializer=read_json,
         connect_args={"options": options, **CLIENT_ENCODING, **connect_args},
+        **({"isolation_level": isolation_level} if isolation_level else {}),
     )
-    return ping_when_idle(engine)
 
 
 TS_RANK_LENGTH: sa.ColumnClause[Any] = sa.literal_column("1")
@@ -320,19 +325,8 @@ class PostgresStore(SqlStore):
         snapshots = engine.execution_options(isolation_level="REPEATABLE READ")
         # Searches outside a snapshot get connections of their own whose statement_timeout is
         # the search budget: no SET and RESET around each search (two round trips).
-        self._search_engine = ping_when_idle(
-            sa.create_engine(
-                driver_url(url),
-                pool_size=pool_size,
-                max_overflow=pool_size,
-                pool_timeout=10,
-                json_deserializer=read_json,
-                isolation_level="AUTOCOMMIT",
-                connect_args={
-                    "options": f"-c statement_timeout={int(search_budget_ms)}",
-                    **CLIENT_ENCODING,
-                },
-            )
+        self._search_engine = _engine(
+            url, pool_size, "AUTOCOMMIT", statement_timeout=int(search_budget_ms)
         )
         self._stats: tuple[float, LexemeStats] | None = None
         self._stats_lock = threading.Lock()

@@ -19,8 +19,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
+from mnemos.domain.models import HistoryEvent
 from mnemos.domain.tenants import UNKNOWN
-from mnemos.storage.schema import MEMORY_SIDE, erasures, metadata
+from mnemos.storage.schema import MEMORY_SIDE, erasures, memories, memory_history, metadata
 from mnemos.storage.sql_base import EVERY_TENANT
 from mnemos.storage.transfer import (
     BATCH_ROWS,
@@ -270,6 +271,8 @@ def _flush(
     written = _count(conn, target.table) - before
     if written < len(rows):
         _refuse_clashes(conn, target.table, rows, first_line)
+    if name == "memories":
+        held.taken.update(row["id"] for row in rows)
     summary.skipped[name] = summary.skipped.get(name, 0) + len(batch) - written
     summary.rows[name] = summary.rows.get(name, 0) + written
 
@@ -333,9 +336,12 @@ class Held:
     erased: dict[Any, datetime] = field(default_factory=dict)
     """Each person the target erased, with the time of their last erasure."""
     passed_over: set[Any] = field(default_factory=set)
-    """The file's memories the merge did not take (the target holds them, or erased them): their
-    history rows are not taken either (a merge adds what is new, it never changes what the
-    target holds)."""
+    """The file's memories the merge did not take (the target holds them, deleted them or
+    erased them): their history rows are not taken either (a merge adds what is new, it never
+    changes what the target holds or brings back what it removed)."""
+    taken: set[Any] = field(default_factory=set)
+    """The memories this merge added: of the memories the target holds, only theirs take
+    history rows from the file."""
 
 
 def held_before(conn: Connection) -> Held:
@@ -421,10 +427,12 @@ def _not_held(
     name = str(table.name)
     natural = MERGE_KEYS.get(name)
     if name == "memory_history":
-        rows = [row for row in rows if row["memory_id"] not in held.passed_over]
+        rows = _new_memories_history(conn, rows, held)
     if natural is None or not rows:
         return rows
     there = _held_keys(conn, table, natural, rows)
+    if name == "memories":  # a memory the target deleted is never brought back
+        there |= {(memory_id,) for memory_id in _deleted(conn, [row["id"] for row in rows])}
     kept = []
     for row in rows:
         if tuple(row[column] for column in natural) not in there:
@@ -432,6 +440,30 @@ def _not_held(
         elif name == "memories":
             held.passed_over.add(row["id"])
     return kept
+
+
+def _deleted(conn: Connection, memory_ids: list[Any]) -> set[Any]:
+    """Those of `memory_ids` whose deletion the target's history records."""
+    H = memory_history.c
+    deleted = sa.select(H.memory_id).where(
+        H.memory_id.in_(memory_ids), H.event == HistoryEvent.DELETED.value
+    )
+    return set(conn.execute(deleted).scalars())
+
+
+def _new_memories_history(
+    conn: Connection, rows: list[dict[str, Any]], held: Held
+) -> list[dict[str, Any]]:
+    """The history rows of memories this merge added, or that the target never held: none of
+    a memory the merge passed over, nor of one the target holds from before (a change the
+    target's row did not get, such as the deletion of a memory the file no longer has)."""
+    rows = [row for row in rows if row["memory_id"] not in held.passed_over]
+    ids = {row["memory_id"] for row in rows} - held.taken
+    if not ids:
+        return rows
+    M = memories.c
+    before = set(conn.execute(sa.select(M.id).where(M.id.in_(ids))).scalars())
+    return [row for row in rows if row["memory_id"] not in before]
 
 
 UNNAMED = str(UNKNOWN)
