@@ -3,7 +3,6 @@ PostgreSQL drill of docs/operations.md (pg_dump, restore into a fresh database, 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -19,10 +18,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from mnemos.storage.backup import integrity
-from mnemos.storage.transfer import export_database
 from tests.api.test_visibility_world import build
 from tests.live.conftest import _database_for
-from tests.test_transfer import answers, client_on, rows_of
+from tests.test_transfer import answers, client_on, dump, rows_of
 from tests.world import World, memory_body
 
 AGENT = "/api/v1/agent/memories"
@@ -43,12 +41,6 @@ def _backup(url: str, out: Path) -> dict[str, object]:
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout)
     return result
-
-
-def _dump(url: str) -> bytes:
-    out = io.BytesIO()
-    export_database(url, out)
-    return out.getvalue()
 
 
 def test_sqlite_backup_while_writers_run_then_restore(
@@ -99,10 +91,10 @@ def test_sqlite_backup_while_writers_run_then_restore(
     expected = answers(client, people, agents, cursors)
     with client_on(f"sqlite:///{quiet}") as back:
         assert answers(back, people, agents, cursors) == expected
-    assert rows_of(_dump(f"sqlite:///{quiet}")) == rows_of(_dump(database_url))
+    assert rows_of(dump(f"sqlite:///{quiet}")) == rows_of(dump(database_url))
 
 
-def test_backup_of_postgresql_points_at_pg_dump(database_url: str, tmp_path: Path) -> None:
+def test_backup_of_postgresql_points_at_pgdump(database_url: str, tmp_path: Path) -> None:
     if database_url.startswith("sqlite"):
         pytest.skip("PostgreSQL only")
     done = subprocess.run(

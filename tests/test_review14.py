@@ -25,18 +25,12 @@ from mnemos.domain.ids import utcnow
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
 from mnemos.storage.schema import memories, memory_history
-from mnemos.storage.transfer import TransferError, export_database
+from mnemos.storage.transfer import TransferError
 from mnemos.storage.transfer_import import import_database
-from tests.test_transfer import fresh
+from tests.test_transfer import dump, fresh
 from tests.world import World, agent_memory, memory_body
 
 # --- import --merge ------------------------------------------------------------------------
-
-
-def _dump(url: str) -> bytes:
-    out = io.BytesIO()
-    export_database(url, out)
-    return out.getvalue()
 
 
 def test_a_merge_does_not_silently_drop_a_newer_value_of_a_tuya_key(
@@ -65,10 +59,10 @@ def test_a_merge_does_not_silently_drop_a_newer_value_of_a_tuya_key(
         return memory.id
 
     old = tuya_value("volume 3")
-    last_night = _dump(database_url)
+    last_night = dump(database_url)
     store.replace_memories(agent.tenant, [], [old], utcnow())  # the device writes a new value
     new = tuya_value("volume 7")
-    today = _dump(database_url)
+    today = dump(database_url)
     engine.dispose()
 
     backend = "postgresql" if database_url.startswith("postgresql") else "sqlite"
@@ -103,7 +97,7 @@ def test_a_merge_does_not_bring_back_what_a_person_erased(
     body = memory_body("ann's salary is 80k", scope="subject", subject_id=ann.id)
     stored = client.post("/api/v1/agent/memories", json=body, headers=agent.headers)
     assert stored.status_code == 201, stored.text
-    before = _dump(database_url)
+    before = dump(database_url)
     erased = client.post("/api/v1/me/memories/erase", json={"confirm": True}, headers=ann.headers)
     assert erased.json()["data"]["erased"] == 1
     try:

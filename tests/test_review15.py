@@ -20,11 +20,10 @@ from mnemos.config import Settings
 from mnemos.storage import open_store
 from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import memories, memory_history
-from mnemos.storage.transfer import export_database
 from mnemos.storage.transfer_import import import_database
 from tests.conftest import BACKENDS, _empty_postgres
 from tests.live.conftest import LiveServer, _database_for, start_server, stop_server
-from tests.test_transfer import fresh
+from tests.test_transfer import dump, fresh
 from tests.world import World, memory_body
 
 BASE = "/api/v1/agent/memories"
@@ -78,12 +77,6 @@ def test_a_request_after_its_pooled_connection_was_terminated_is_answered(
 # --- import --merge passes over held memories with their history ------------------------------
 
 
-def _dump(url: str) -> bytes:
-    out = io.BytesIO()
-    export_database(url, out)
-    return out.getvalue()
-
-
 def test_a_merge_does_not_add_a_deletion_to_the_history_of_a_memory_the_target_holds(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:
@@ -97,10 +90,10 @@ def test_a_merge_does_not_add_a_deletion_to_the_history_of_a_memory_the_target_h
     stored = client.post(BASE, json=memory_body("kept there"), headers=agent.headers)
     assert stored.status_code == 201, stored.text
     memory_id = uuid.UUID(stored.json()["data"]["id"])
-    last_night = _dump(database_url)
+    last_night = dump(database_url)
     gone = client.delete(f"/api/v1/me/memories/{memory_id}", headers=ann.headers)
     assert gone.status_code == 204, gone.text
-    today = _dump(database_url)
+    today = dump(database_url)
 
     backend = "postgresql" if database_url.startswith("postgresql") else "sqlite"
     with fresh(backend, tmp_path / "target") as target:
@@ -142,7 +135,7 @@ def test_a_merge_does_not_bring_back_a_memory_the_target_deleted(
     stored = client.post(BASE, json=body, headers=agent.headers)
     assert stored.status_code == 201, stored.text
     memory_id = stored.json()["data"]["id"]
-    before = _dump(database_url)
+    before = dump(database_url)
     gone = client.delete(f"/api/v1/me/memories/{memory_id}", headers=ann.headers)
     assert gone.status_code == 204, gone.text
     import_database(database_url, [*io.BytesIO(before)], merge=True)
