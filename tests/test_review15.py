@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.storage import open_store
+from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import memories, memory_history
 from mnemos.storage.transfer_import import import_database
@@ -185,3 +186,37 @@ def test_a_pipelined_request_is_answered_before_a_malformed_one_is_refused(
         while chunk := sock.recv(65536):
             answers += chunk
     assert answers.startswith(b"HTTP/1.1 200 OK\r\n"), answers
+
+
+def test_a_merge_leaves_out_tuya_token_pairs(store: Store, database_url: str) -> None:
+    """review15's note: a merge put back a Tuya token pair that the target had replaced at a
+    refresh (valid again there until it expires). Token pairs are left out of a merge."""
+    from datetime import timedelta
+
+    from mnemos.domain.ids import utcnow
+    from mnemos.storage.schema import tuya_tokens
+
+    world = World(store)
+    org = uuid.UUID(world.org("r15-tokens"))
+    store.create_tuya_project("r15-client", "s" * 32, org)
+    old_pair = uuid.uuid4()
+    later = utcnow() + timedelta(hours=2)
+    store.save_tuya_tokens(
+        "r15-client", old_pair, {"access": ("a" * 64, later), "refresh": ("r" * 64, later)}
+    )
+    before = dump(database_url)
+    store.save_tuya_tokens(  # the connector refreshed: the old pair is gone
+        "r15-client",
+        uuid.uuid4(),
+        {"access": ("b" * 64, later), "refresh": ("q" * 64, later)},
+        replaces=old_pair,
+    )
+    summary = import_database(database_url, [*io.BytesIO(before)], merge=True).as_json()
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            pairs = set(conn.execute(sa.select(tuya_tokens.c.pair_id)).scalars())
+    finally:
+        engine.dispose()
+    assert old_pair not in pairs
+    assert summary["tables"]["tuya_tokens"] == {"rows": 0, "skipped": 2}

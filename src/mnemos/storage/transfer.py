@@ -55,6 +55,11 @@ MERGE_KEYS = {"memories": ("id",), "memory_history": ("memory_id", "event", "at"
 """What identifies a row of a table whose primary key the target numbers itself with --merge:
 an imported row the target already holds by these columns is skipped."""
 
+NOT_MERGED = frozenset({"tuya_tokens"})
+"""Left out by `--merge` (counted as skipped): Tuya's access and refresh token pairs live for
+hours and are replaced at each refresh; a pair from an older file would be valid again in a
+target that replaced it (a connector signs in again with its project's secret)."""
+
 REPLACED_TABLES = frozenset({"server_secrets"})
 """Written over what the target holds (a database that has served once already has its own
 secrets, and no data); so cursors and Mnemos-issued tokens keep working after a move. With

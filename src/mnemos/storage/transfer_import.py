@@ -26,6 +26,7 @@ from mnemos.storage.sql_base import EVERY_TENANT
 from mnemos.storage.transfer import (
     BATCH_ROWS,
     MERGE_KEYS,
+    NOT_MERGED,
     REPLACED_TABLES,
     SKIPPED_TABLES,
     Progress,
@@ -257,6 +258,10 @@ def _flush(
     # The values are checked as the fast path checks them (the same refusals, naming the line),
     # and what the database refuses is the import's refusal too.
     tuples(target.table, batch, first_line, conn.dialect)
+    if name in NOT_MERGED:
+        summary.skipped[name] = summary.skipped.get(name, 0) + len(batch)
+        summary.rows.setdefault(name, 0)
+        return
     rows = target.rows(batch)
     _refuse_grafts(conn, target.table, rows, first_line, held)
     rows, erased = _not_erased(target.table, rows, held)
