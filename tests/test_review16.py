@@ -1,7 +1,7 @@
 """Eighth hostile review (review16): findings in what landed since b8c5c2e.
 
-Each test states the behaviour the finding asks for and fails now for the finding's reason
-(docs/decisions.md, "Eighth hostile review: findings (review16, 2026-12-05)")."""
+Each test states the behaviour the finding asks for and failed, when written, for the finding's
+reason; all are fixed (docs/decisions.md, "Eighth hostile review: what was fixed")."""
 
 from __future__ import annotations
 
@@ -30,11 +30,6 @@ BASE = "/api/v1/agent/memories"
 # --- a merge adds history to a memory the target deleted (`_new_memories_history`) ----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review16: history rows of a memory the target deleted are merged as if the target "
-    "never held it: its history gets a second deletion",
-)
 def test_a_merge_adds_no_history_to_a_memory_the_target_deleted(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:
@@ -89,11 +84,6 @@ def test_a_merge_adds_no_history_to_a_memory_the_target_deleted(
     assert sorted(events) == ["created", "deleted"], events
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review16: a merge adds a history row about an erased person, for a memory about "
-    "them stored before the erasure",
-)
 def test_a_merge_adds_no_history_about_an_erased_person_of_a_memory_from_before(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:
@@ -166,11 +156,6 @@ def server(
 
 
 @pytest.mark.live
-@pytest.mark.xfail(
-    strict=True,
-    reason="review16: a malformed body of a pipelined request closes the connection at once; "
-    "the answer of the request before it (already run) is dropped",
-)
 def test_a_pipelined_request_is_answered_before_a_malformed_body_after_it_is_refused(
     server: LiveServer,
 ) -> None:

@@ -148,8 +148,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         raise _Refused(refusal.code)
 
     def on_response_complete(self) -> None:
+        last = not self.pipeline  # uvicorn starts the next queued request, if there is one
         super().on_response_complete()
-        if self._held is not None and self._may_answer():
+        if self._held is not None and last:
             self._answer_and_close(self._held)
 
     def _refuse(self, refusal: Refusal) -> None:
@@ -157,9 +158,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.logger.warning("Refused a request: %s", refusal.message)
         if self._may_answer():
             self._answer_and_close(refusal)
-        elif self._reading_head:
+            return
+        queued = bool(self.pipeline) and self.pipeline[0][0] is self.cycle
+        if self._reading_head or queued:
             # Requests before it on this connection are still answered (the application may
             # already have acted on them): the refusal follows their answers, then the end.
+            # A refused request waiting in the queue (its body failed) never runs.
+            if queued:
+                self.pipeline.popleft()
             self._held = refusal
             self.transport.pause_reading()
         else:

@@ -460,15 +460,27 @@ def _new_memories_history(
     conn: Connection, rows: list[dict[str, Any]], held: Held
 ) -> list[dict[str, Any]]:
     """The history rows of memories this merge added, or that the target never held: none of
-    a memory the merge passed over, nor of one the target holds from before (a change the
-    target's row did not get, such as the deletion of a memory the file no longer has)."""
+    a memory the merge passed over, nor of one the target holds or held from before (its row,
+    or its history: a change the target's row did not get, such as the deletion of a memory the
+    file no longer has, or a second deletion of one the target deleted), nor of one about a
+    person the target erased unless this merge added it (an erased person's old memories leave
+    nothing behind). A memory whose history is taken takes its later rows too (`Held.taken`)."""
     rows = [row for row in rows if row["memory_id"] not in held.passed_over]
     ids = {row["memory_id"] for row in rows} - held.taken
     if not ids:
         return rows
-    M = memories.c
+    M, H = memories.c, memory_history.c
     before = set(conn.execute(sa.select(M.id).where(M.id.in_(ids))).scalars())
-    return [row for row in rows if row["memory_id"] not in before]
+    before |= set(conn.execute(sa.select(H.memory_id).where(H.memory_id.in_(ids))).scalars())
+    kept = []
+    for row in rows:
+        memory_id = row["memory_id"]
+        if memory_id in held.taken:
+            kept.append(row)
+        elif memory_id not in before and row["subject_id"] not in held.erased:
+            held.taken.add(memory_id)  # never held there: all of its history is new
+            kept.append(row)
+    return kept
 
 
 UNNAMED = str(UNKNOWN)
