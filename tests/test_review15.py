@@ -161,9 +161,15 @@ def server(
         databases.close()
 
 
+BAD_BODY = (  # review16: a whole head, then a bad chunk size while it waits in the queue
+    b"POST /api/v1/agent/memories HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+)
+
+
 @pytest.mark.live
+@pytest.mark.parametrize("malformed", [b"GARBAGE\r\n\r\n", BAD_BODY], ids=["head", "body"])
 def test_a_pipelined_request_is_answered_before_a_malformed_one_is_refused(
-    server: LiveServer,
+    server: LiveServer, malformed: bytes
 ) -> None:
     """A request whose head is malformed while the one before it on the connection is still
     handled is not answered (`_may_answer`: the answer would not be the next on the wire), but
@@ -173,7 +179,8 @@ def test_a_pipelined_request_is_answered_before_a_malformed_one_is_refused(
     (uvicorn's own 400 used to be written in its place.) The refusal could wait for that answer
     to be sent, as uvicorn's pipeline waits, then be written and close."""
     org = server.admin("create-org", "--name", "R15")["id"]
-    ann = server.admin("create-user", "--name", "Ann", "--email", "ann@r15.test", "--org", org)
+    email = f"ann-{uuid.uuid4().hex[:8]}@r15.test"  # one server for every case
+    ann = server.admin("create-user", "--name", "Ann", "--email", email, "--org", org)
     port = int(server.base_url.rsplit(":", 1)[1])
     rotate = (
         b"POST /api/v1/me/api-key/rotate HTTP/1.1\r\nHost: t\r\nX-API-Key: "
@@ -181,11 +188,12 @@ def test_a_pipelined_request_is_answered_before_a_malformed_one_is_refused(
         + b"\r\nContent-Length: 0\r\n\r\n"
     )
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(rotate + b"GARBAGE\r\n\r\n")
+        sock.sendall(rotate + malformed)
         answers = b""
         while chunk := sock.recv(65536):
             answers += chunk
     assert answers.startswith(b"HTTP/1.1 200 OK\r\n"), answers
+    assert b"HTTP/1.1 400 Bad Request\r\n" in answers  # then the refusal, then the end
 
 
 def test_a_merge_leaves_out_tuya_token_pairs(store: Store, database_url: str) -> None:

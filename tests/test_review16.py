@@ -6,12 +6,9 @@ reason; all are fixed (docs/decisions.md, "Eighth hostile review: what was fixed
 from __future__ import annotations
 
 import io
-import socket
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
@@ -19,12 +16,32 @@ from mnemos.config import Settings
 from mnemos.storage import open_store
 from mnemos.storage.schema import memories, memory_history
 from mnemos.storage.transfer_import import import_database
-from tests.conftest import BACKENDS
-from tests.live.conftest import LiveServer, _database_for, start_server, stop_server
 from tests.test_transfer import dump, fresh
 from tests.world import World, memory_body
 
 BASE = "/api/v1/agent/memories"
+
+
+def deleted_in_a_copy(copied: bytes, memory_id: uuid.UUID, database_url: str, tmp: Path) -> bytes:
+    """The export of another server's copy (`copied` imported into a fresh database of the same
+    backend) after the memory was deleted there."""
+    backend = "postgresql" if database_url.startswith("postgresql") else "sqlite"
+    with fresh(backend, tmp / "copy") as copy:
+        import_database(copy, [*io.BytesIO(copied)])
+        there = sa.create_engine(copy)
+        try:
+            with there.connect() as conn:
+                tenant = conn.execute(
+                    sa.select(memories.c.tenant_id).where(memories.c.id == memory_id)
+                ).scalar_one()
+        finally:
+            there.dispose()
+        other = open_store(Settings(database_url=copy, embedder="none"))
+        try:
+            assert other.delete_memory(tenant, memory_id)
+        finally:
+            other.close()
+        return dump(copy)
 
 
 # --- a merge adds history to a memory the target deleted (`_new_memories_history`) ----------
@@ -48,23 +65,7 @@ def test_a_merge_adds_no_history_to_a_memory_the_target_deleted(
     memory_id = uuid.UUID(stored.json()["data"]["id"])
     copied = dump(database_url)
 
-    backend = "postgresql" if database_url.startswith("postgresql") else "sqlite"
-    with fresh(backend, tmp_path / "copy") as copy:
-        import_database(copy, [*io.BytesIO(copied)])
-        there = sa.create_engine(copy)
-        try:
-            with there.connect() as conn:
-                tenant = conn.execute(
-                    sa.select(memories.c.tenant_id).where(memories.c.id == memory_id)
-                ).scalar_one()
-        finally:
-            there.dispose()
-        other = open_store(Settings(database_url=copy, embedder="none"))
-        try:
-            assert other.delete_memory(tenant, memory_id)
-        finally:
-            other.close()
-        theirs = dump(copy)
+    theirs = deleted_in_a_copy(copied, memory_id, database_url, tmp_path)
 
     gone = client.delete(f"/api/v1/me/memories/{memory_id}", headers=ann.headers)
     assert gone.status_code == 204, gone.text
@@ -106,23 +107,7 @@ def test_a_merge_adds_no_history_about_an_erased_person_of_a_memory_from_before(
     erased = client.post("/api/v1/me/memories/erase", json={"confirm": True}, headers=ann.headers)
     assert erased.json()["data"]["erased"] == 1, erased.text
 
-    backend = "postgresql" if database_url.startswith("postgresql") else "sqlite"
-    with fresh(backend, tmp_path / "copy") as copy:
-        import_database(copy, [*io.BytesIO(copied)])
-        there = sa.create_engine(copy)
-        try:
-            with there.connect() as conn:
-                tenant = conn.execute(
-                    sa.select(memories.c.tenant_id).where(memories.c.id == memory_id)
-                ).scalar_one()
-        finally:
-            there.dispose()
-        other = open_store(Settings(database_url=copy, embedder="none"))
-        try:
-            assert other.delete_memory(tenant, memory_id)
-        finally:
-            other.close()
-        theirs = dump(copy)
+    theirs = deleted_in_a_copy(copied, memory_id, database_url, tmp_path)
 
     import_database(database_url, [*io.BytesIO(theirs)], merge=True)
     engine = sa.create_engine(database_url)
@@ -136,52 +121,3 @@ def test_a_merge_adds_no_history_about_an_erased_person_of_a_memory_from_before(
     finally:
         engine.dispose()
     assert about_ann == [], about_ann
-
-
-# --- a refusal in a pipelined request's body drops the answer before it (`_refuse`) ---------
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LiveServer]:
-    tmp = tmp_path_factory.mktemp("review16")
-    databases = _database_for(request.param, tmp)
-    live = start_server(next(databases), tmp)
-    try:
-        yield live
-    finally:
-        stop_server(live)
-        databases.close()
-
-
-@pytest.mark.live
-def test_a_pipelined_request_is_answered_before_a_malformed_body_after_it_is_refused(
-    server: LiveServer,
-) -> None:
-    """review15's fix holds a refusal behind the answers before it only while a head is read
-    (`_refuse`: `elif self._reading_head`). A request whose head is whole but whose body is
-    malformed (a bad chunk size) while it waits in uvicorn's pipeline behind another takes the
-    `else` branch, `transport.close()`, whose comment says "its own request is running": it is
-    not, the one before it is. That one (a key rotation here) is still run by the application,
-    and its answer is dropped: the person's new key is lost, the old one refused. Suggested:
-    hold the refusal as for a head whenever `self.pipeline` holds the refused request (its own
-    cycle never started), and drop that cycle from the pipeline."""
-    org = server.admin("create-org", "--name", "R16")["id"]
-    ann = server.admin("create-user", "--name", "Ann", "--email", "ann@r16.test", "--org", org)
-    port = int(server.base_url.rsplit(":", 1)[1])
-    rotate = (
-        b"POST /api/v1/me/api-key/rotate HTTP/1.1\r\nHost: t\r\nX-API-Key: "
-        + ann["api_key"].encode()
-        + b"\r\nContent-Length: 0\r\n\r\n"
-    )
-    bad_body = (
-        b"POST /api/v1/agent/memories HTTP/1.1\r\nHost: t\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\nzz\r\n"
-    )
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(rotate + bad_body)
-        answers = b""
-        while chunk := sock.recv(65536):
-            answers += chunk
-    assert answers.startswith(b"HTTP/1.1 200 OK\r\n"), answers
