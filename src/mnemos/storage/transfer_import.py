@@ -340,13 +340,11 @@ class Held:
     """The ids of the tables rows can belong to (`GRAFTS`)."""
     erased: dict[Any, datetime] = field(default_factory=dict)
     """Each person the target erased, with the time of their last erasure."""
-    passed_over: set[Any] = field(default_factory=set)
-    """The file's memories the merge did not take (the target holds them, deleted them or
-    erased them): their history rows are not taken either (a merge adds what is new, it never
-    changes what the target holds or brings back what it removed)."""
     taken: set[Any] = field(default_factory=set)
-    """The memories this merge added: of the memories the target holds, only theirs take
-    history rows from the file."""
+    """The memories whose history rows this merge takes: those it added, and those the target
+    never held. A memory it passed over (the target holds it, deleted it, or erased its
+    person) takes none (a merge adds what is new, it never changes what the target holds or
+    brings back what it removed): `_new_memories_history` tells them from the target itself."""
 
 
 def held_before(conn: Connection) -> Held:
@@ -382,8 +380,6 @@ def _not_erased(
     for row in rows:
         erased_at = held.erased.get(row["subject_id"])
         if erased_at is not None and row[when] <= erased_at:
-            if name == "memories":
-                held.passed_over.add(row["id"])
             continue
         kept.append(row)
     return kept, len(rows) - len(kept)
@@ -427,8 +423,8 @@ def _not_held(
     conn: Connection, table: sa.Table, rows: list[dict[str, Any]], held: Held
 ) -> list[dict[str, Any]]:
     """With --merge, the rows of a table whose key the target numbers itself (`MERGE_KEYS`)
-    that the target does not already hold by their natural key; a memory it holds is passed
-    over with its history (`Held.passed_over`)."""
+    that the target does not already hold (or, for a memory, deleted) by their natural key;
+    the history rows of memories this merge did not add only as `_new_memories_history` says."""
     name = str(table.name)
     natural = MERGE_KEYS.get(name)
     if name == "memory_history":
@@ -438,13 +434,7 @@ def _not_held(
     there = _held_keys(conn, table, natural, rows)
     if name == "memories":  # a memory the target deleted is never brought back
         there |= {(memory_id,) for memory_id in _deleted(conn, [row["id"] for row in rows])}
-    kept = []
-    for row in rows:
-        if tuple(row[column] for column in natural) not in there:
-            kept.append(row)
-        elif name == "memories":
-            held.passed_over.add(row["id"])
-    return kept
+    return [row for row in rows if tuple(row[column] for column in natural) not in there]
 
 
 def _deleted(conn: Connection, memory_ids: list[Any]) -> set[Any]:
@@ -460,12 +450,11 @@ def _new_memories_history(
     conn: Connection, rows: list[dict[str, Any]], held: Held
 ) -> list[dict[str, Any]]:
     """The history rows of memories this merge added, or that the target never held: none of
-    a memory the merge passed over, nor of one the target holds or held from before (its row,
-    or its history: a change the target's row did not get, such as the deletion of a memory the
-    file no longer has, or a second deletion of one the target deleted), nor of one about a
-    person the target erased unless this merge added it (an erased person's old memories leave
-    nothing behind). A memory whose history is taken takes its later rows too (`Held.taken`)."""
-    rows = [row for row in rows if row["memory_id"] not in held.passed_over]
+    one the target holds or held from before (its row, or its history: a change the target's
+    row did not get, such as the deletion of a memory the file no longer has, or a second
+    deletion of one the target deleted), nor of one about a person the target erased unless
+    this merge added it (an erased person's old memories leave nothing behind). A memory whose
+    history is taken takes its later rows too (`Held.taken`)."""
     ids = {row["memory_id"] for row in rows} - held.taken
     if not ids:
         return rows
