@@ -93,7 +93,14 @@ def search_memories(
         subject_id=parse_uuid(subject_id, "subject_id") if subject_id is not None else None,
     )
     found = svc.memories.recall_as_agent(
-        ctx, params, search.filters, search.text, search.mode, search.limit, search.cursor
+        ctx,
+        params,
+        search.filters,
+        search.text,
+        search.mode,
+        search.limit,
+        search.cursor,
+        search.probe,
     )
     return search_answer(found)
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from fastapi import Depends, Query
+from anyio import CapacityLimiter, to_thread
+from fastapi import Depends, Query, Request
 
 from mnemos.api.deps import Services, services
 from mnemos.domain.models import MemoryType, Segment, System, parse_enum
 from mnemos.domain.pagination import PageRequest, parse_page
+from mnemos.domain.probes import Probe
 from mnemos.domain.queries import Filters, status_filter
 from mnemos.domain.recall import MAX_LIMIT, SearchMode
 from mnemos.domain.search import parse_search
@@ -91,6 +93,23 @@ class SearchRequest:
     limit: int
     filters: Filters
     cursor: str | None
+    probe: Probe | None = None
+    """The query's embedding, done before the search by an embedder on another machine."""
+
+
+REMOTE_EMBED_THREADS = 32
+"""Query embeddings by an embeddings endpoint waited for at once per process, each on a thread
+that only waits on the network: a slow endpoint holds these, never the request threads (one or
+two per process) nor the database connections (docs/decisions.md, "A search waits for an
+embeddings endpoint before it holds anything")."""
+
+
+def remote_embed_threads(request: Request) -> CapacityLimiter:
+    state = request.app.state
+    if getattr(state, "remote_embed_threads", None) is None:
+        state.remote_embed_threads = CapacityLimiter(REMOTE_EMBED_THREADS)
+    limiter: CapacityLimiter = state.remote_embed_threads
+    return limiter
 
 
 async def search_request(
@@ -110,12 +129,19 @@ async def search_request(
         "query, mode and filters; another search's cursor is 422 `invalid_pagination`)",
     ),
     svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(remote_embed_threads),
 ) -> SearchRequest:
-    """The query parameters both search routes share (declare it after the caller's auth)."""
-    return SearchRequest(
-        text=svc.memories.recall.check_text(query),
+    """The query parameters both search routes share (declare it after the caller's auth:
+    with an embeddings endpoint, the query is embedded here, for authenticated callers only)."""
+    recall = svc.memories.recall
+    search = SearchRequest(
+        text=recall.check_text(query),
         mode=mode,
         limit=limit,
         filters=list_filters(svc, system, type, segment, status, None),
         cursor=cursor,
     )
+    if not recall.embeds_elsewhere(mode, cursor):
+        return search
+    probe = await to_thread.run_sync(recall.embedded_first, search.text, limiter=threads)
+    return replace(search, probe=probe)

@@ -15,6 +15,7 @@ from mnemos.domain.models import Memory, Owners, Status, UserContext
 from mnemos.domain.pagination import PageRequest
 from mnemos.domain.people import actor_of, sees_agent, sees_user
 from mnemos.domain.ports import AccountStore, MemoryStore, RoomStore
+from mnemos.domain.probes import Probe
 from mnemos.domain.queries import Filters, MemoryQuery, Order
 from mnemos.domain.recall import Recalled, SearchMode
 from mnemos.domain.tenants import person_reach
@@ -88,14 +89,17 @@ class HumanMemoryService:
         mode: SearchMode,
         limit: int,
         cursor: str | None = None,
+        probe: Probe | None = None,
     ) -> tuple[Recalled, dict[uuid.UUID, dict[str, Any]]]:
         """`GET /api/v1/me/memories/search`: the list of `params` and `filters`, the best `limit`
         for `text` by `mode` after `cursor` (the previous page's `next_cursor` of the same
-        search), with display fields read from the same state of the data."""
+        search), with display fields read from the same state of the data; `probe`: the query
+        embedded first, if it was."""
         query = self.query(ctx, params, filters)
+        recall = self.memories.recall
         with self.store.snapshot():
             caller = f"user:{ctx.user.id}"
-            found = self.memories.recall.search(query, text, mode, limit, cursor, caller=caller)
+            found = recall.search(query, text, mode, limit, cursor, caller=caller, probe=probe)
             return found, self.display_fields(ctx, [r.memory for r in found.items])
 
     def page_with_display(

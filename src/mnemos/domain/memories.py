@@ -37,6 +37,7 @@ from mnemos.domain.pagination import (
     offset_meta,
 )
 from mnemos.domain.ports import MemoryStore, RoomStore, SearchPages, VectorStore
+from mnemos.domain.probes import Probe
 from mnemos.domain.queries import Filters, MemoryQuery
 from mnemos.domain.recall import Recall, Recalled, SearchMode, query_words
 from mnemos.domain.tenants import agent_reach, agent_tenant
@@ -285,13 +286,15 @@ class MemoryService:
         mode: SearchMode,
         limit: int,
         cursor: str | None = None,
+        probe: Probe | None = None,
     ) -> Recalled:
         """`GET /api/v1/agent/memories/search`: the agent list of `params` and `filters`, the
         best `limit` for `text` by `mode` (docs/search.md), after `cursor` (the previous page's
-        `next_cursor` of the same search)."""
+        `next_cursor` of the same search); `probe`: the query embedded first, if it was."""
         require_memory_plan(ctx.owner, ctx.organization)
         query = self.agent_query(ctx, params, filters)
-        return self.recall.search(query, text, mode, limit, cursor, caller=f"agent:{ctx.agent.id}")
+        caller = f"agent:{ctx.agent.id}"
+        return self.recall.search(query, text, mode, limit, cursor, caller=caller, probe=probe)
 
     @staticmethod
     def agent_can_read(ctx: AgentContext, memory: Memory) -> bool:

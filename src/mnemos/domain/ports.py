@@ -548,6 +548,10 @@ class Embedder(Protocol):
 
     model: str
     dimensions: int
+    remote: bool
+    """True when a model run waits on another machine (an embeddings endpoint: seconds at
+    worst): a search then has its query embedded before it takes a request thread or a
+    database connection (`Recall.embedded_first`). Optional: an embedder without it is local."""
 
     @abc.abstractmethod
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:

@@ -9,13 +9,17 @@ while it runs, so a search pays about the longer of the two instead of their sum
 
 Nothing outlives the search: `ahead` is a context manager whose exit waits for an embedding
 still running (one not started yet is cancelled), whatever the search raised.
+
+An embedder that waits on another machine (`Embedder.remote`) is not waited for inside the
+search: the route has the query embedded first (`Probes.now`, on a thread that holds no
+request slot and no connection), then runs the search with the vector in hand.
 """
 
 from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
@@ -31,6 +35,16 @@ class Probe:
 
     def __init__(self, future: Future[NDArray[np.float32]]):
         self._future = future
+
+    @classmethod
+    def settled(cls, embed: Callable[[], NDArray[np.float32]]) -> Probe:
+        """`embed()`'s vector, or what it raised, as a probe that never waits."""
+        future: Future[NDArray[np.float32]] = Future()
+        try:
+            future.set_result(embed())
+        except Exception as exc:  # kept for the search to raise, or to fall back from
+            future.set_exception(exc)
+        return cls(future)
 
     def __call__(self) -> NDArray[np.float32]:
         return self._future.result()
@@ -48,9 +62,14 @@ class Probes:
 
     def __init__(self, embedder: Embedder, threads: int = 1):
         self.embedder = embedder
+        self.remote: bool = getattr(embedder, "remote", False)  # optional on the port
         self._threads = max(1, threads)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+
+    def now(self, text: str) -> Probe:
+        """`text`'s embedding on the calling thread, done (or failed) when this returns."""
+        return Probe.settled(lambda: self._embed(text))
 
     @contextmanager
     def ahead(self, text: str) -> Iterator[Probe]:

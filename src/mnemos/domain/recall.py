@@ -36,6 +36,7 @@ import logging
 import secrets
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
@@ -120,6 +121,20 @@ class Recall:
             raise invalid_field("query", "must not be empty")
         return text
 
+    def embeds_elsewhere(self, mode: SearchMode, cursor: str | None) -> bool:
+        """Whether a search's query should be embedded before the search runs
+        (`embedded_first`): by an embedder on another machine, for a first page by meaning."""
+        remote = self.probes is not None and self.probes.remote
+        return remote and mode is not SearchMode.KEYWORD and cursor is None
+
+    def embedded_first(self, text: str) -> Probe:
+        """`text`'s embedding by an embedder on another machine, done before the search runs:
+        the wait (up to the endpoint's timeout) then holds neither a request thread nor a
+        database connection, so a slow embedding service slows only the searches that need
+        it. A failure is kept in the probe: the search raises it, or falls back to keyword."""
+        assert self.probes is not None
+        return self.probes.now(self.check_text(text))
+
     def search(
         self,
         query: MemoryQuery,
@@ -129,13 +144,15 @@ class Recall:
         cursor: str | None = None,
         *,
         caller: str,
+        probe: Probe | None = None,
     ) -> Recalled:
         """The best `limit` (1 to `MAX_LIMIT`) memories of `query` for `text`, or the next
         `limit` of this same search's answer after `cursor` (its previous page's
         `next_cursor`). A full-text search already on the query (a list's `content_query`) is
         the keyword leg as given; else `text` is parsed. `caller` names who searches: each
         caller keeps at most `kept_per_caller` answers for later pages (its oldest cursor then
-        says "expired"), so no caller can fill the database with them."""
+        says "expired"), so no caller can fill the database with them. `probe`: the query's
+        embedding when it was done first (`embedded_first`)."""
         self.check_text(text)
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidPagination(
@@ -146,7 +163,7 @@ class Recall:
         if cursor is not None:
             return self._later_page(query, mode, self.codec.decode_recall(cursor, key), limit)
         meta: dict[str, Any] = {"mode": mode.value, "limit": limit}
-        ordered, fallback = self.answer(query, text, mode, MAX_DEPTH)
+        ordered, fallback = self.answer(query, text, mode, MAX_DEPTH, probe)
         if fallback is not None:
             meta.update(mode="keyword", requested_mode=mode.value, fallback=fallback)
         items, more = self._page(query, ordered, 0, limit)
@@ -160,21 +177,28 @@ class Recall:
         return Recalled(items, meta)
 
     def answer(
-        self, query: MemoryQuery, text: str, mode: SearchMode, depth: int
+        self,
+        query: MemoryQuery,
+        text: str,
+        mode: SearchMode,
+        depth: int,
+        embedded: Probe | None = None,
     ) -> tuple[list[Scored], str | None]:
         """A search's whole ordered answer by id, best first (at most `depth` memories by
         keyword or by meaning; hybrid fuses the best `HYBRID_DEPTH` of each leg), and why
         hybrid fell back to keyword (None: it did not).
 
         The query's embedding runs beside the reads that do not need it (`Probes`): the
-        owners' sign bits, and a hybrid's keyword leg (read first: the longer of the two)."""
+        owners' sign bits, and a hybrid's keyword leg (read first: the longer of the two);
+        `embedded`, when the query was embedded first (`embedded_first`), replaces it."""
         if mode is SearchMode.KEYWORD:
             return self._by_words(query, text, True, depth), None
         if self.probes is None:
             if mode is SearchMode.SEMANTIC:
                 raise SemanticSearchDisabled()
             return self._by_words(query, text, False, depth), "no embedder"
-        with self.probes.ahead(text) as probe:
+        started = self.probes.ahead(text) if embedded is None else nullcontext(embedded)
+        with started as probe:
             try:
                 if mode is SearchMode.SEMANTIC:
                     return self._nearest(query, probe, depth), None

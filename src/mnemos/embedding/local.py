@@ -46,6 +46,7 @@ class LocalEmbedder:
 
     model = MODEL
     dimensions = DIMENSIONS
+    remote = False
 
     def __init__(self, threads: int = 1, cache_dir: Path | None = None) -> None:
         self._tokenizer = WordPiece.bundled(MAX_TOKENS)

@@ -50,6 +50,8 @@ class EndpointEmbedder:
     L2-normalised here, whatever the server does. Thread-safe: each call is its own request.
     """
 
+    remote = True
+
     def __init__(
         self,
         url: str,
