@@ -1,0 +1,378 @@
+"""Ninth hostile review (review17): races between requests, server processes and commands.
+
+Each test forces one interleaving (a hook that runs the other request at the point where it
+races, a held transaction, `pg_locks`), never a sleep. Each is a strict xfail that fails today
+for the finding's reason (`--runxfail` shows it); docs/decisions.md, "Ninth hostile review:
+findings (review17, 2026-12-05)", says what each means and a suggested fix."""
+
+from __future__ import annotations
+
+import io
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from mnemos.api.app import create_app
+from mnemos.config import Settings
+from mnemos.domain.models import Status
+from mnemos.storage.base import Store
+from mnemos.storage.schema import memories, memory_history, vector_chunks
+from mnemos.storage.transfer_import import import_database
+from tests.api.test_tuya_hardening import Tuya, entry, project, tuya_query  # noqa: F401
+from tests.test_review13 import rows_held
+from tests.test_transfer import dump
+from tests.world import Actor, World, memory_body
+
+BASE = "/api/v1/agent/memories"
+ME = "/api/v1/me/memories"
+ERASE = "/api/v1/me/memories/erase"
+
+
+@pytest.fixture
+def client(settings: Settings, store: Store) -> Iterator[TestClient]:
+    """The app with request threads to spare: a hook runs a second request while the first
+    holds its thread (one on PostgreSQL, two on SQLite by default)."""
+    with TestClient(create_app(settings.model_copy(update={"worker_threads": 8}), store)) as test:
+        yield test
+
+
+def on_postgres_only(settings: Settings) -> None:
+    if settings.database_url.startswith("sqlite"):
+        pytest.skip("SQLite runs one writer at a time: the write cannot land inside the other")
+
+
+def meanwhile(run: Callable[[], Any]) -> Any:
+    """Run `run` on a thread of its own (another request, another connection) and wait for it:
+    the interleaving a hook forces. Its answer, or its exception raised here."""
+    answers: list[Any] = []
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            answers.append(run())
+        except BaseException as exc:  # noqa: BLE001 - raised below
+            failed.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "the concurrent request never ended (it waits for the other)"
+    if failed:
+        raise failed[0]
+    return answers[0]
+
+
+def once(original: Callable[..., Any], before: Callable[..., Any]) -> Callable[..., Any]:
+    """`original`, with `before(*args, **kwargs)` run first on its first call only."""
+    done: list[bool] = []
+
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        if not done and before(*args, **kwargs) is not False:
+            done.append(True)
+        return original(*args, **kwargs)
+
+    return hooked
+
+
+def people(world: World, org: str) -> tuple[Actor, Actor]:
+    ann = world.user("Ann", org)
+    return ann, world.agent(ann)
+
+
+def stored(client: TestClient, bot: Actor, content: str, **fields: Any) -> str:
+    answer = client.post(BASE, json=memory_body(content, **fields), headers=bot.headers)
+    assert answer.status_code == 201, answer.text
+    memory_id: str = answer.json()["data"]["id"]
+    return memory_id
+
+
+# --- 1. an erasure while a merge runs -----------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17 finding 1: a merge reads the target's erasures once, before its first row: "
+    "memories about a person erased while it runs are merged (PostgreSQL)",
+)
+def test_a_person_erased_while_a_merge_runs_keeps_nothing_from_before(
+    client: TestClient,
+    world: World,
+    settings: Settings,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`import --merge` leaves out the file's memories about a person stored before the
+    person's erasure (review14's fix), by `Held.erased`, read once before the first row. On
+    PostgreSQL the merge is one SERIALIZABLE transaction: an erasure committed by the server
+    after that read (the merge of another server's copy takes minutes at 1M) is seen neither by
+    `_not_erased` nor by `_held_keys`, and the merge puts back memories about the person stored
+    before the erasure that the person was told were erased (count 1 after `erased`). On SQLite
+    the merge holds the write lock from its first statement: the erasure waits, then erases
+    what was merged."""
+    on_postgres_only(settings)
+    import mnemos.storage.transfer_import as transfer_import
+
+    ann, bot = people(world, "r17-merge")
+    memory_id = stored(client, bot, "Ann's sister is called Berit", subject_id=ann.id)
+    copy = dump(database_url)  # another server's copy holds it ...
+    engine = sa.create_engine(database_url)
+    try:  # ... this one never did (the copy was taken elsewhere)
+        with engine.begin() as conn:
+            conn.execute(memory_history.delete().where(memory_history.c.memory_id == memory_id))
+            conn.execute(memories.delete().where(memories.c.id == memory_id))
+    finally:
+        engine.dispose()
+
+    def erase(*_: Any) -> None:
+        answer = client.post(ERASE, json={"confirm": True}, headers=ann.headers)
+        assert answer.status_code == 200, answer.text
+
+    original = transfer_import.held_before
+
+    def held_then_erased(conn: sa.Connection) -> Any:
+        held = original(conn)  # the merge's first read: its snapshot, and the erasures
+        meanwhile(erase)
+        return held
+
+    monkeypatch.setattr(transfer_import, "held_before", held_then_erased)
+    import_database(database_url, [*io.BytesIO(copy)], merge=True)
+
+    count = client.get(f"{ME}/count", headers=ann.headers)
+    assert count.json()["data"]["count"] == 0, "a memory from before the erasure is back"
+
+
+# --- 2. a memory stored while its person is erased -----------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17 finding 2: an erasure deletes the person's history in a later statement "
+    "than their memories: a memory stored between the two survives without its history "
+    "(PostgreSQL)",
+)
+def test_a_memory_stored_during_an_erasure_keeps_its_history_or_goes(
+    client: TestClient, world: World, store: Store, settings: Settings
+) -> None:
+    """`erase_subject` is one READ COMMITTED transaction of several statements: the memories'
+    DELETE sees those committed when it starts, the history's DELETE (`subject_id = person`)
+    those committed when *it* starts. An agent's store about the person (201) committed
+    between the two is kept (the memories' DELETE did not see it) and its `created` row is
+    deleted (the history's DELETE did): an active memory with no history at all, which the
+    person reads (`GET` 200) and whose history answers `[]`. Either outcome is consistent
+    (erased with the rest, or kept with its history); this is neither."""
+    on_postgres_only(settings)
+    ann, bot = people(world, "r17-erase-store")
+    stored(client, bot, "Ann takes her coffee black", subject_id=ann.id)
+    during: list[str] = []
+
+    def store_about_ann(*_: Any) -> None:
+        during.append(stored(client, bot, "Ann moved to Bergen", subject_id=ann.id))
+
+    # Between the memories' DELETE and the history's (the sealed vectors are purged there).
+    hooked = once(store._purge_vectors, lambda *_: meanwhile(store_about_ann))  # type: ignore[attr-defined]
+    store._purge_vectors = hooked  # type: ignore[attr-defined]
+    answer = client.post(ERASE, json={"confirm": True}, headers=ann.headers)
+    assert answer.status_code == 200, answer.text
+    assert during, "the hook did not run"
+
+    kept = client.get(f"{ME}/{during[0]}", headers=ann.headers)
+    history = client.get(f"{ME}/{during[0]}/history", headers=ann.headers)
+    events = [row["event"] for row in history.json()["data"]] if kept.status_code == 200 else []
+    assert kept.status_code == 404 or events == ["created"], (kept.status_code, events)
+
+
+# --- 3. a store by an agent its owner is deleting -----------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17 finding 3: a store authenticated before its agent's deletion commits after "
+    "it: an agent-scoped memory of a deleted agent, which nobody can read or delete",
+)
+def test_an_agent_deleted_while_it_stores_leaves_no_memory_of_its_own(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """`DELETE /api/v1/me/agents/{id}` revokes the agent's key and deletes its agent-scoped
+    memories in one transaction; a store of that agent authenticated a moment before (its
+    request in flight) inserts its memory after, with nothing checked at the insert (no foreign
+    key on `source_agent_id`, no recheck of the key). The store answers 201 after the deletion
+    answered: an agent-scoped memory of an agent that no longer exists, which no API can
+    read or delete (its owner sees the agent-scoped memories of agents they own: none now), kept
+    for good. (With `scope: subject`, the memory keeps the deleted agent's id with no
+    `source_removed`.) Both backends."""
+    ann, bot = people(world, "r17-agent")
+    deleted: list[int] = []
+
+    def delete_the_agent(*_: Any) -> None:
+        answer = client.delete(f"/api/v1/me/agents/{bot.id}", headers=ann.headers)
+        deleted.append(answer.status_code)
+
+    # Between the store's authentication and its insert.
+    store.insert_memory = once(store.insert_memory, lambda *_, **__: meanwhile(delete_the_agent))  # type: ignore[method-assign]
+    answer = client.post(
+        BASE, json=memory_body("my private scratch", scope="agent"), headers=bot.headers
+    )
+    assert deleted == [200]
+
+    engine = sa.create_engine(store_url(store))
+    try:
+        with engine.connect() as conn:
+            left = conn.execute(
+                sa.select(sa.func.count()).where(memories.c.source_agent_id == uuid.UUID(bot.id))
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert left == 0, f"the store answered {answer.status_code}; the deleted agent's memory stays"
+
+
+def store_url(store: Store) -> str:
+    url = store._write_engine.url  # type: ignore[attr-defined]
+    return str(url.render_as_string(hide_password=False))
+
+
+# --- 4. a person's restore of a memory its agent supersedes -------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17 finding 4: a restore checks 'archived' on a read and updates without it: "
+    "a memory superseded meanwhile becomes active",
+)
+def test_a_memory_superseded_while_its_person_restores_it_stays_superseded(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """`HumanMemoryService.set_status` refuses to restore a memory that is not archived (422
+    `memory_not_archived`) on what it read; `set_memory_status` then updates with `status <>
+    'active'` only. The agent's supersede committed between the two (two requests of two
+    callers, any two threads or processes) is undone: the person's restore answers 200
+    `active`, and the memory the agent marked wrong is back in every default list and search;
+    history `created, archived, superseded, restored`. Both backends."""
+    ann, bot = people(world, "r17-restore")
+    memory_id = stored(client, bot, "Ann's flight is on Tuesday", subject_id=ann.id)
+    assert client.post(f"{ME}/{memory_id}/archive", headers=ann.headers).status_code == 200
+
+    def supersede(_tenant: Any, _id: Any, status: Status, *_: Any, **__: Any) -> bool:
+        if status is not Status.ACTIVE:
+            return False  # only the restore's update is raced
+        answer = meanwhile(
+            lambda: client.post(f"{BASE}/{memory_id}/supersede", headers=bot.headers)
+        )
+        assert answer.status_code == 200, answer.text
+        return True
+
+    store.set_memory_status = once(store.set_memory_status, supersede)  # type: ignore[method-assign]
+    restored = client.post(f"{ME}/{memory_id}/restore", headers=ann.headers)
+
+    now = client.get(f"{ME}/{memory_id}", headers=ann.headers).json()["data"]["status"]
+    assert now == "superseded", f"restore answered {restored.status_code}"
+
+
+# --- 5. Tuya's clear-all beside a delete of one key ---------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17 finding 5: Tuya's clear-all stops at a batch a concurrent delete made "
+    "short and answers true with memories left (PostgreSQL)",
+)
+def test_tuya_clear_all_deletes_everything_while_a_key_is_deleted(
+    client: TestClient,
+    project: dict[str, Any],  # noqa: F811
+    store: Store,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`delete_tuya_memories` deletes `DELETE_BATCH` (1,000) rows a transaction and stops at
+    the first batch that deleted fewer. A row of the batch deleted by another transaction
+    while this one waited for it (a delete of that one key, by another role or a retry,
+    committed meanwhile) is skipped after the wait, so the batch is short and the clear ends
+    after it: `DELETE ... clear_all_memory=true` answers `success: true` while every memory of
+    the later batches is still there, listed and searchable (review13's finding 3, fixed for
+    retention's loops, in Tuya's). Here the batch is 2 and the device holds 4 keys."""
+    on_postgres_only(settings)
+    import mnemos.domain.tuya as tuya_domain
+    from mnemos.domain.tuya_auth import TuyaCaller
+
+    monkeypatch.setattr(tuya_domain, "DELETE_BATCH", 2)
+    tuya = Tuya(client, project)
+    keys = [f"sys.memoryK{n}" for n in range(4)]
+    assert tuya.write("dev1", [entry(key, f"value {key}") for key in keys])["success"] is True
+    _, subject = store.claim_tuya_device("dev1", project["org"])
+    caller = TuyaCaller(project["client_id"], project["org"])
+
+    def clear() -> int:
+        answer = tuya.call("DELETE", "dev1", {"bind_role_type": 2, "clear_all_memory": "true"})
+        assert answer["success"] is True, answer
+        return 1
+
+    with rows_held(settings, project["org"], clear, "the clear's delete") as (other, waited, _):
+        # The other transaction deletes the key of the row the clear waits for, and commits.
+        other.execute(memories.delete().where(memories.c.id == waited))
+    left = store.count_memories(tuya_query(caller, subject))
+    assert left == 0, f"clear-all answered true; {left} memories are left"
+
+
+# --- 6. the embedding worker seals a chunk while an erasure runs --------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17 finding 6: an erasure purges the sealed chunks of the owners it read before "
+    "its DELETE: a chunk sealed meanwhile keeps an erased memory's vector (PostgreSQL)",
+)
+def test_no_sealed_vector_of_an_erased_memory_remains_after_a_concurrent_save(
+    client: TestClient,
+    world: World,
+    store: Store,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`erase_subject` reads the layout owners holding the person's vectors
+    (`_vector_owners`), deletes the memories, then rewrites those owners' sealed chunks
+    (`_purge_vectors`: "no sealed copy of an erased vector remains"). The embedding worker's
+    save of the person's queued memories, committed between the owners' read and the DELETE
+    (the save locks the rows FOR KEY SHARE only while it runs; the erasure's DELETE then waits
+    for nothing), fills and seals a chunk of an owner the erasure did not read: the erased
+    memories' int8 vectors stay in `vector_chunks` until the idle sweep reaches them (a full
+    pass takes about 20 minutes at 1M). The vectors are never served (every candidate is
+    checked against `memories`), but the erasure's promise is that none is kept. Here
+    `CHUNK_ROWS` is 2, so two vectors seal a chunk (128 in the code)."""
+    on_postgres_only(settings)
+    import mnemos.storage.sql_vectors as sql_vectors
+
+    monkeypatch.setattr(sql_vectors, "CHUNK_ROWS", 2)
+    ann, bot = people(world, "r17-seal")
+    ids = [uuid.UUID(stored(client, bot, f"Ann note {n}", subject_id=ann.id)) for n in range(2)]
+    vectors = np.ones((2, 384), dtype=np.float32) / np.sqrt(384)
+
+    def worker_saves(*_: Any) -> None:
+        assert meanwhile(lambda: store.save_vectors("test-model", ids, vectors)) == 2  # type: ignore[attr-defined]
+
+    original = store._vector_owners  # type: ignore[attr-defined]
+    done: list[bool] = []
+
+    def owners_then_save(*args: Any) -> Any:
+        found = original(*args)  # the erasure's read of the owners, then the worker's save
+        if not done:
+            done.append(True)
+            worker_saves()
+        return found
+
+    store._vector_owners = owners_then_save  # type: ignore[attr-defined]
+    answer = client.post(ERASE, json={"confirm": True}, headers=ann.headers)
+    assert answer.status_code == 200 and answer.json()["data"]["erased"] == 2, answer.text
+
+    engine = sa.create_engine(store_url(store))
+    try:
+        with engine.connect() as conn:
+            chunks = conn.execute(sa.select(vector_chunks.c.pks)).scalars().all()
+    finally:
+        engine.dispose()
+    sealed = [np.frombuffer(bytes(blob), dtype="<i8").tolist() for blob in chunks]
+    assert sealed == [], f"chunks of erased memories remain: {sealed}"
