@@ -8,9 +8,12 @@ findings (review17, 2026-12-05)", says what each means and a suggested fix."""
 from __future__ import annotations
 
 import io
+import resource
+import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +24,7 @@ from fastapi.testclient import TestClient
 from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain.models import Status
+from mnemos.errors import StorageUnavailable
 from mnemos.storage.base import Store
 from mnemos.storage.schema import memories, memory_history, vector_chunks
 from mnemos.storage.transfer_import import import_database
@@ -92,12 +96,75 @@ def stored(client: TestClient, bot: Actor, content: str, **fields: Any) -> str:
     return memory_id
 
 
-# --- 1. an erasure while a merge runs -----------------------------------------------------------
+# --- 1. a write that SQLite rolls back whole, in a shared batch ------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 1: a merge reads the target's erasures once, before its first row: "
+    reason="review17 finding 1: an I/O error in a later block of a group commit makes SQLite roll "
+    "back the whole transaction, and the batch's earlier writers are told their writes were saved",
+)
+def test_a_write_error_that_rolls_back_the_batch_fails_every_writer_of_it(
+    tmp_path: Path,
+) -> None:
+    """Group commit runs each later block of a batch in a SAVEPOINT, so that its failure takes
+    back only its own work. But on an I/O error (`SQLITE_IOERR`: EIO, EDQUOT, EFBIG; or
+    `SQLITE_FULL` in a statement without a statement journal) SQLite itself rolls back the
+    whole transaction: the failing block's `ROLLBACK TO SAVEPOINT` then fails ("no such
+    savepoint"), and the batch's COMMIT, on a connection no longer in a transaction, is a no-op
+    in pysqlite, so it "succeeds": the writers of the batch before the failing block return
+    (a store's 201) and their rows are gone. Here the second block's statements spill the page
+    cache to the WAL, which may not grow (`RLIMIT_FSIZE`: EFBIG, an I/O error as a quota or a
+    failing disk gives); the first block is an ordinary store's insert."""
+    from mnemos.storage import migrate
+    from mnemos.storage.sqlite import SqliteStore
+    from tests.test_group_commit import count, insert, queue_behind_a_slow_writer
+
+    url = f"sqlite:///{tmp_path / 'batch.db'}"
+    migrate(Settings(database_url=url))
+    store = SqliteStore(url)
+    wal = tmp_path / "batch.db-wal"
+
+    def spills_and_fails(conn: sa.Connection) -> None:
+        from mnemos.domain.models import Scope
+        from mnemos.storage.rows import memory_values
+        from tests.domain.test_rules import memory
+
+        conn.exec_driver_sql("PRAGMA cache_size=2")  # a large block's pages go to the WAL early
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (wal.stat().st_size + 16_384, limit[1]))
+        try:
+            for _ in range(300):
+                values = {
+                    **memory_values(memory(Scope.ORGANIZATION, None, None)),
+                    "content": "x" * 3000,
+                }
+                conn.execute(memories.insert().values(**values))
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+
+    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit: EFBIG
+    try:
+        outcomes = queue_behind_a_slow_writer(store, [spills_and_fails], first_body=insert)
+        stored_rows = count(store)
+    finally:
+        signal.signal(signal.SIGXFSZ, ignored)
+        store.close()
+    assert isinstance(outcomes[1], StorageUnavailable), (
+        outcomes
+    )  # the I/O error, then the savepoint
+    told_saved = outcomes[0] is None
+    assert not told_saved or stored_rows == 1, (
+        f"the first writer was told saved and its row is gone ({outcomes[1].details})"
+    )
+
+
+# --- 2. an erasure while a merge runs -----------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17 finding 2: a merge reads the target's erasures once, before its first row: "
     "memories about a person erased while it runs are merged (PostgreSQL)",
 )
 def test_a_person_erased_while_a_merge_runs_keeps_nothing_from_before(
@@ -147,12 +214,12 @@ def test_a_person_erased_while_a_merge_runs_keeps_nothing_from_before(
     assert count.json()["data"]["count"] == 0, "a memory from before the erasure is back"
 
 
-# --- 2. a memory stored while its person is erased -----------------------------------------------
+# --- 3. a memory stored while its person is erased -----------------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 2: an erasure deletes the person's history in a later statement "
+    reason="review17 finding 3: an erasure deletes the person's history in a later statement "
     "than their memories: a memory stored between the two survives without its history "
     "(PostgreSQL)",
 )
@@ -187,12 +254,12 @@ def test_a_memory_stored_during_an_erasure_keeps_its_history_or_goes(
     assert kept.status_code == 404 or events == ["created"], (kept.status_code, events)
 
 
-# --- 3. a store by an agent its owner is deleting -----------------------------------------------
+# --- 4. a store by an agent its owner is deleting -----------------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 3: a store authenticated before its agent's deletion commits after "
+    reason="review17 finding 4: a store authenticated before its agent's deletion commits after "
     "it: an agent-scoped memory of a deleted agent, which nobody can read or delete",
 )
 def test_an_agent_deleted_while_it_stores_leaves_no_memory_of_its_own(
@@ -236,12 +303,12 @@ def store_url(store: Store) -> str:
     return str(url.render_as_string(hide_password=False))
 
 
-# --- 4. a person's restore of a memory its agent supersedes -------------------------------------
+# --- 5. a person's restore of a memory its agent supersedes -------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 4: a restore checks 'archived' on a read and updates without it: "
+    reason="review17 finding 5: a restore checks 'archived' on a read and updates without it: "
     "a memory superseded meanwhile becomes active",
 )
 def test_a_memory_superseded_while_its_person_restores_it_stays_superseded(
@@ -273,12 +340,12 @@ def test_a_memory_superseded_while_its_person_restores_it_stays_superseded(
     assert now == "superseded", f"restore answered {restored.status_code}"
 
 
-# --- 5. Tuya's clear-all beside a delete of one key ---------------------------------------------
+# --- 6. Tuya's clear-all beside a delete of one key ---------------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 5: Tuya's clear-all stops at a batch a concurrent delete made "
+    reason="review17 finding 6: Tuya's clear-all stops at a batch a concurrent delete made "
     "short and answers true with memories left (PostgreSQL)",
 )
 def test_tuya_clear_all_deletes_everything_while_a_key_is_deleted(
@@ -318,12 +385,12 @@ def test_tuya_clear_all_deletes_everything_while_a_key_is_deleted(
     assert left == 0, f"clear-all answered true; {left} memories are left"
 
 
-# --- 6. the embedding worker seals a chunk while an erasure runs --------------------------------
+# --- 7. the embedding worker seals a chunk while an erasure runs --------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 6: an erasure purges the sealed chunks of the owners it read before "
+    reason="review17 finding 7: an erasure purges the sealed chunks of the owners it read before "
     "its DELETE: a chunk sealed meanwhile keeps an erased memory's vector (PostgreSQL)",
 )
 def test_no_sealed_vector_of_an_erased_memory_remains_after_a_concurrent_save(
