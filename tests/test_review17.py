@@ -11,6 +11,7 @@ import io
 import resource
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -159,12 +160,87 @@ def test_a_write_error_that_rolls_back_the_batch_fails_every_writer_of_it(
     )
 
 
-# --- 2. an erasure while a merge runs -----------------------------------------------------------
+# --- 2. two key rotations at once -------------------------------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 2: a merge reads the target's erasures once, before its first row: "
+    reason="review17 finding 2: two rotations of one key at once on PostgreSQL leave both new "
+    "keys working: a leaked key's holder keeps access through the person's own rotation",
+)
+def test_a_rotation_leaves_one_key_working_while_another_rotation_runs(
+    client: TestClient, world: World, settings: Settings
+) -> None:
+    """`replace_api_keys` revokes the principal's live keys, then inserts the new one (READ
+    COMMITTED). A second rotation running at once (the holder of a leaked key rotating it in a
+    loop, as the API allows any key's holder; or the operator's `admin rotate-key` beside the
+    person's) revokes the keys its UPDATE's snapshot saw live: the first rotation's new key is
+    not among them (uncommitted then), and the old key it waited for is revoked by then. Both
+    answer 200 and both new keys work: the person rotated because the key leaked, and the
+    leaker's key (here `theirs`, the first rotation's) still reads everything about them. SQLite
+    runs the two one after the other, and the second revokes the first's key."""
+    on_postgres_only(settings)
+    from mnemos.domain.accounts import hash_key, new_key
+    from mnemos.storage.postgres import driver_url
+    from mnemos.storage.schema import api_keys
+
+    ann = world.user("Ann", "r17-rotate")
+    theirs = new_key("user")
+    engine = sa.create_engine(driver_url(settings.database_url))
+    try:
+        with engine.connect() as other, other.begin():
+            # The other rotation's statements (`replace_api_keys`), not yet committed.
+            live = sa.and_(
+                api_keys.c.principal_id == uuid.UUID(ann.id), api_keys.c.revoked_at.is_(None)
+            )
+            other.execute(api_keys.update().where(live).values(revoked_at=sa.func.now()))
+            other.execute(
+                api_keys.insert().values(
+                    key_hash=hash_key(theirs),
+                    kind="user",
+                    principal_id=uuid.UUID(ann.id),
+                    inserted_at=sa.func.now(),
+                )
+            )
+            rotating = threading.Thread(
+                target=lambda: answers.append(
+                    client.post("/api/v1/me/api-key/rotate", headers=ann.headers)
+                )
+            )
+            answers: list[Any] = []
+            rotating.start()
+            waits_for_a_lock(other)  # the person's rotation waits for the old key's row
+        rotating.join(20)
+    finally:
+        engine.dispose()
+    assert answers and answers[0].status_code == 200, answers
+    mine = answers[0].json()["data"]["api_key"]
+    assert client.get("/api/v1/me/profile", headers={"X-API-Key": mine}).status_code == 200
+    leaked = client.get("/api/v1/me/profile", headers={"X-API-Key": theirs})
+    assert leaked.status_code == 401, "the other rotation's key works after the person's"
+
+
+def waits_for_a_lock(holder: sa.Connection) -> None:
+    """Return once another session of this database waits for a lock (`holder` has it)."""
+    for _ in range(500):
+        waiting = holder.execute(
+            sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+        ).scalar_one()
+        if waiting:
+            return
+        time.sleep(0.01)
+    raise AssertionError("no session waited for the held lock")
+
+
+# --- 3. an erasure while a merge runs -----------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17 finding 3: a merge reads the target's erasures once, before its first row: "
     "memories about a person erased while it runs are merged (PostgreSQL)",
 )
 def test_a_person_erased_while_a_merge_runs_keeps_nothing_from_before(
@@ -214,12 +290,12 @@ def test_a_person_erased_while_a_merge_runs_keeps_nothing_from_before(
     assert count.json()["data"]["count"] == 0, "a memory from before the erasure is back"
 
 
-# --- 3. a memory stored while its person is erased -----------------------------------------------
+# --- 4. a memory stored while its person is erased -----------------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 3: an erasure deletes the person's history in a later statement "
+    reason="review17 finding 4: an erasure deletes the person's history in a later statement "
     "than their memories: a memory stored between the two survives without its history "
     "(PostgreSQL)",
 )
@@ -254,12 +330,12 @@ def test_a_memory_stored_during_an_erasure_keeps_its_history_or_goes(
     assert kept.status_code == 404 or events == ["created"], (kept.status_code, events)
 
 
-# --- 4. a store by an agent its owner is deleting -----------------------------------------------
+# --- 5. a store by an agent its owner is deleting -----------------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 4: a store authenticated before its agent's deletion commits after "
+    reason="review17 finding 5: a store authenticated before its agent's deletion commits after "
     "it: an agent-scoped memory of a deleted agent, which nobody can read or delete",
 )
 def test_an_agent_deleted_while_it_stores_leaves_no_memory_of_its_own(
@@ -303,12 +379,12 @@ def store_url(store: Store) -> str:
     return str(url.render_as_string(hide_password=False))
 
 
-# --- 5. a person's restore of a memory its agent supersedes -------------------------------------
+# --- 6. a person's restore of a memory its agent supersedes -------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 5: a restore checks 'archived' on a read and updates without it: "
+    reason="review17 finding 6: a restore checks 'archived' on a read and updates without it: "
     "a memory superseded meanwhile becomes active",
 )
 def test_a_memory_superseded_while_its_person_restores_it_stays_superseded(
@@ -340,12 +416,12 @@ def test_a_memory_superseded_while_its_person_restores_it_stays_superseded(
     assert now == "superseded", f"restore answered {restored.status_code}"
 
 
-# --- 6. Tuya's clear-all beside a delete of one key ---------------------------------------------
+# --- 7. Tuya's clear-all beside a delete of one key ---------------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 6: Tuya's clear-all stops at a batch a concurrent delete made "
+    reason="review17 finding 7: Tuya's clear-all stops at a batch a concurrent delete made "
     "short and answers true with memories left (PostgreSQL)",
 )
 def test_tuya_clear_all_deletes_everything_while_a_key_is_deleted(
@@ -385,12 +461,12 @@ def test_tuya_clear_all_deletes_everything_while_a_key_is_deleted(
     assert left == 0, f"clear-all answered true; {left} memories are left"
 
 
-# --- 7. the embedding worker seals a chunk while an erasure runs --------------------------------
+# --- 8. the embedding worker seals a chunk while an erasure runs --------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 7: an erasure purges the sealed chunks of the owners it read before "
+    reason="review17 finding 8: an erasure purges the sealed chunks of the owners it read before "
     "its DELETE: a chunk sealed meanwhile keeps an erased memory's vector (PostgreSQL)",
 )
 def test_no_sealed_vector_of_an_erased_memory_remains_after_a_concurrent_save(
