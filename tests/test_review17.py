@@ -1,7 +1,8 @@
 """Ninth hostile review (review17): races between requests, server processes and commands.
 
 Each test forces one interleaving (a hook that runs the other request at the point where it
-races, a held transaction, `pg_locks`), never a sleep. Each is a strict xfail that fails today
+races, a held transaction found waited for in `pg_locks`/`pg_stat_activity`), never a sleep
+that hopes for an order. Each is a strict xfail that fails today
 for the finding's reason (`--runxfail` shows it); docs/decisions.md, "Ninth hostile review:
 findings (review17, 2026-12-05)", says what each means and a suggested fix."""
 
