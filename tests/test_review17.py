@@ -520,3 +520,84 @@ def test_no_sealed_vector_of_an_erased_memory_remains_after_a_concurrent_save(
         engine.dispose()
     sealed = [np.frombuffer(bytes(blob), dtype="<i8").tolist() for blob in chunks]
     assert sealed == [], f"chunks of erased memories remain: {sealed}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17 finding 8: the idle sweep writes back a chunk it read before an erasure's "
+    "purge of it committed: the erased memory's vector is back in the chunk (PostgreSQL)",
+)
+def test_the_sweep_does_not_write_back_a_vector_an_erasure_purged(
+    client: TestClient,
+    world: World,
+    store: Store,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The idle sweep (`compact_vectors`) rewrites a chunk that holds a deleted memory's key:
+    `_drop_dead` reads the chunk and which of its keys are alive with plain SELECTs, then
+    writes the chunk back. An erasure whose purge rewrote the same chunk in between (committed
+    before the sweep's UPDATE) is overwritten: the sweep's version, computed while the erased
+    memory was alive, puts its vector back in `vector_chunks` until the sweep's next pass. The
+    chunk here is an agent's subject memories (`as<agent>`), about Ann and about Bob, one of
+    Bob's deleted; `CHUNK_ROWS` is 3."""
+    on_postgres_only(settings)
+    import mnemos.storage.sql_vectors as sql_vectors
+
+    monkeypatch.setattr(sql_vectors, "CHUNK_ROWS", 3)
+    ann, bot = people(world, "r17-sweep")
+    bob = world.user("Bob", "r17-sweep")
+    about = [ann.id, bob.id, bob.id]
+    ids = [uuid.UUID(stored(client, bot, f"note {n}", subject_id=s)) for n, s in enumerate(about)]
+    vectors = np.ones((3, 384), dtype=np.float32) / np.sqrt(384)
+    assert store.save_vectors("test-model", ids, vectors) == 3  # type: ignore[attr-defined]
+    gone = client.delete(f"{ME}/{ids[2]}", headers=bob.headers)  # the chunk now holds a dead key
+    assert gone.status_code == 204, gone.text
+    engine = sa.create_engine(store_url(store))
+    try:
+        with engine.connect() as conn:
+            erased_pk = conn.execute(
+                sa.select(memories.c.pk).where(memories.c.id == ids[0])
+            ).scalar_one()
+    finally:
+        engine.dispose()
+
+    sweeping = threading.current_thread()
+    original = store._drop_dead  # type: ignore[attr-defined]
+    done: list[bool] = []
+
+    class ErasedBeforeTheWrite:
+        """The sweep's connection: Ann's erasure runs (and commits) just before its UPDATE."""
+
+        def __init__(self, conn: sa.Connection):
+            self.conn = conn
+
+        def execute(self, statement: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(statement, sa.Update) and not done:
+                done.append(True)
+                erased = meanwhile(
+                    lambda: client.post(ERASE, json={"confirm": True}, headers=ann.headers)
+                )
+                assert erased.status_code == 200, erased.text
+            return self.conn.execute(statement, *args, **kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.conn, name)
+
+    def drop_dead(conn: sa.Connection, *args: Any) -> None:
+        if threading.current_thread() is sweeping:
+            conn = ErasedBeforeTheWrite(conn)  # type: ignore[assignment]
+        original(conn, *args)
+
+    store._drop_dead = drop_dead  # type: ignore[attr-defined]
+    store.compact_vectors(None, 100)  # type: ignore[attr-defined]
+    assert done, "the sweep rewrote no chunk"
+
+    engine = sa.create_engine(store_url(store))
+    try:
+        with engine.connect() as conn:
+            chunks = conn.execute(sa.select(vector_chunks.c.pks)).scalars().all()
+    finally:
+        engine.dispose()
+    sealed = [np.frombuffer(bytes(blob), dtype="<i8").tolist() for blob in chunks]
+    assert not any(erased_pk in keys for keys in sealed), f"erased pk {erased_pk} in {sealed}"
