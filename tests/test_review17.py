@@ -417,12 +417,73 @@ def test_a_memory_superseded_while_its_person_restores_it_stays_superseded(
     assert now == "superseded", f"restore answered {restored.status_code}"
 
 
-# --- 7. Tuya's clear-all beside a delete of one key ---------------------------------------------
+# --- 7. two keyword searches when the term estimates expire (SQLite) --------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 7: Tuya's clear-all stops at a batch a concurrent delete made "
+    reason="review17 finding 7: a SQLite search that clears the expired term estimates makes a "
+    "search in flight on another thread fail with KeyError (500)",
+)
+def test_a_search_in_flight_survives_another_clearing_the_term_estimates(
+    client: TestClient, world: World, store: Store, settings: Settings
+) -> None:
+    """`SqliteStore._term_stats` keeps each term range's page count in `self._pages` for
+    `STATS_SECONDS` (60 s), shared by the process's request threads with no lock. A search
+    notes which of its ranges are missing, reads those (a query: the interpreter lock is
+    released), stores them, then sums `self._pages[span]` over *all* its ranges. Another
+    search arriving once the minute is up clears the cache first: the first search's ranges
+    that were cached when it looked are gone, and its sum raises `KeyError`, an unhandled 500
+    for a plain `content_query` list. With two request threads and steady searches, about one
+    search a minute can meet it. Here the first search's `alpha` range is cached, its `bravo`
+    range missing; the other search runs while `bravo` is read, a minute after the estimates."""
+    if not settings.database_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL's estimates are one immutable snapshot (`_lexeme_stats`)")
+    _, bot = people(world, "r17-stats")
+    stored(client, bot, "alpha bravo charlie", scope="agent")
+    listed = client.get(BASE, params={"content_query": "alpha"}, headers=bot.headers)
+    assert listed.status_code == 200, listed.text  # `alpha`'s range is cached now
+
+    original = store._term_stats  # type: ignore[attr-defined]
+    done: list[bool] = []
+
+    def another_search() -> Any:
+        store._stats_at -= 61  # type: ignore[attr-defined]  # a minute after the estimates
+        return client.get(BASE, params={"content_query": "charlie"}, headers=bot.headers)
+
+    class AnotherSearchMeanwhile:
+        """The first search's connection: the other search runs while `bravo` is read."""
+
+        def __init__(self, conn: sa.Connection):
+            self.conn = conn
+
+        def exec_driver_sql(self, statement: str, *args: Any) -> Any:
+            if "memories_fts_idx" in statement and not done:
+                done.append(True)
+                other = meanwhile(another_search)
+                assert other.status_code == 200, other.text
+            return self.conn.exec_driver_sql(statement, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.conn, name)
+
+    def term_stats(conn: sa.Connection, search: Any) -> Any:
+        if not done:  # the first search only (the other starts after `done`)
+            conn = AnotherSearchMeanwhile(conn)  # type: ignore[assignment]
+        return original(conn, search)
+
+    store._term_stats = term_stats  # type: ignore[attr-defined]
+    answer = client.get(BASE, params={"content_query": "alpha bravo"}, headers=bot.headers)
+    assert done, "the hook did not run"
+    assert answer.status_code == 200, answer.text
+
+
+# --- 8. Tuya's clear-all beside a delete of one key ---------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review17 finding 8: Tuya's clear-all stops at a batch a concurrent delete made "
     "short and answers true with memories left (PostgreSQL)",
 )
 def test_tuya_clear_all_deletes_everything_while_a_key_is_deleted(
@@ -462,12 +523,12 @@ def test_tuya_clear_all_deletes_everything_while_a_key_is_deleted(
     assert left == 0, f"clear-all answered true; {left} memories are left"
 
 
-# --- 8. the embedding worker seals a chunk while an erasure runs --------------------------------
+# --- 9. the embedding worker seals a chunk while an erasure runs --------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 8: an erasure purges the sealed chunks of the owners it read before "
+    reason="review17 finding 9: an erasure purges the sealed chunks of the owners it read before "
     "its DELETE: a chunk sealed meanwhile keeps an erased memory's vector (PostgreSQL)",
 )
 def test_no_sealed_vector_of_an_erased_memory_remains_after_a_concurrent_save(
@@ -524,7 +585,7 @@ def test_no_sealed_vector_of_an_erased_memory_remains_after_a_concurrent_save(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review17 finding 8: the idle sweep writes back a chunk it read before an erasure's "
+    reason="review17 finding 9: the idle sweep writes back a chunk it read before an erasure's "
     "purge of it committed: the erased memory's vector is back in the chunk (PostgreSQL)",
 )
 def test_the_sweep_does_not_write_back_a_vector_an_erasure_purged(
