@@ -1,0 +1,100 @@
+"""Tenth hostile review (review18): one tenant breaking, slowing or reading another; hostile
+input.
+
+Each test states the behaviour the finding asks for and is a strict xfail: it fails today for the
+finding's reason (docs/decisions.md, "Tenth hostile review: findings (review18, 2026-12-05)").
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+
+from mnemos.storage import postgres, search_plan, sql, sqlite
+from mnemos.storage.base import Store
+from mnemos.storage.sql import SqlStore
+from tests.world import Actor, World, agent_memory
+
+AGENT_MEMORIES = "/api/v1/agent/memories"
+
+
+def _store_many(store: Store, agent: Actor, contents: list[str], start: datetime) -> None:
+    """`contents` as the agent's memories, oldest first, one second apart (straight into the
+    store, as `tests/api/test_search_plan.py` fills it)."""
+    rows = [
+        agent_memory(agent, content, start + timedelta(seconds=i), id=uuid.uuid4())
+        for i, content in enumerate(contents)
+    ]
+    store.replace_memories(agent.tenant, rows, [], datetime.now(UTC))
+
+
+def _refresh_statistics(store: Store) -> None:
+    """What a server in service does on its own: autovacuum's ANALYZE (PostgreSQL), FTS5's
+    automerge (SQLite)."""
+    assert isinstance(store, SqlStore)
+    with store._write() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql("ANALYZE memories")
+        else:
+            conn.exec_driver_sql("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
+
+
+# --- 1. another tenant's writes get this tenant's search refused ---------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the plan's term estimates count every tenant's memories: another organization's "
+    "writes of a word make this organization's search for it 422 words_too_common",
+)
+def test_another_tenants_writes_do_not_get_this_tenants_search_refused(
+    client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thresholds scaled down as `tests/api/test_search_plan.py` scales them (30,000 index
+    entries become 1,000; a walk of 1,000 rows, 100), and the statistics read afresh (a server
+    re-reads them every 60 s). Acme's agent holds 150 memories; the oldest names `marigold`.
+    Its newest-first search for it is answered through the index: for Acme the word is rare.
+    Then another organization, Globex, stores the word in 1,500 memories of its own (eight
+    times each, so that its index entries span pages, as the plan tests do). Acme's
+    data has not changed, yet the same search is now 422 `search_too_expensive`
+    (`words_too_common`): the estimates (`_term_stats`: FTS5's segment pages and counts,
+    PostgreSQL's `most_common_elems`) are of the whole index, every tenant's memories, so the
+    word is "too common to look up" for Acme too, and the walk of Acme's newest rows does not
+    reach its one match. At the real thresholds: any organization (or several together) whose
+    memories hold a word more than 30,000 times gets every other tenant's search for that word
+    refused where the match is not among the tenant's 1,000 newest memories of the audience."""
+    monkeypatch.setattr(search_plan, "DRIVER_POSTINGS", 1_000)
+    monkeypatch.setattr(search_plan, "WALK_EXPECTED_ROWS", 200)
+    monkeypatch.setattr(sql, "WALK_ROWS", 100)
+    monkeypatch.setattr(sqlite, "DRIVER_POSTINGS", 1_000)
+    monkeypatch.setattr(sqlite, "STATS_SECONDS", 0.0)
+    monkeypatch.setattr(postgres, "STATS_SECONDS", 0.0)
+    acme = world.agent(world.user("Ann", "Acme"))
+    globex = world.agent(world.user("Gus", "Globex"))
+    start = datetime.now(UTC) - timedelta(days=2)
+    _store_many(
+        store,
+        acme,
+        ["the client likes marigold tea"] + [f"note number {i}" for i in range(149)],
+        start,
+    )
+    _refresh_statistics(store)
+    params = {"content_query": "marigold"}
+    before = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
+    assert before.status_code == 200, before.text
+    assert [m["content"] for m in before.json()["data"]] == ["the client likes marigold tea"]
+
+    _store_many(
+        store,
+        globex,
+        [" ".join(["marigold"] * 8 + ["shipment", str(i)]) for i in range(1_500)],
+        start + timedelta(days=1),
+    )
+    _refresh_statistics(store)
+
+    after = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
+    assert after.status_code == 200, after.text
+    assert after.json()["data"] == before.json()["data"]
