@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from mnemos.storage import postgres, search_plan, sql, sqlite
 from mnemos.storage.base import Store
 from mnemos.storage.sql import SqlStore
-from tests.world import Actor, World, agent_memory
+from tests.world import Actor, World, agent_memory, memory_body
 
 AGENT_MEMORIES = "/api/v1/agent/memories"
 
@@ -98,3 +98,44 @@ def test_another_tenants_writes_do_not_get_this_tenants_search_refused(
     after = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
     assert after.status_code == 200, after.text
     assert after.json()["data"] == before.json()["data"]
+
+
+# --- 2. a person of another organization grows a memory's unpaged history without bound -----
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a memory's history is answered whole (no page, no limit) and every archive/restore "
+    "is a real change: a person of another organization grows an organization's history "
+    "answers without bound",
+)
+def test_another_tenants_person_cannot_grow_a_history_answer_without_bound(
+    client: TestClient, world: World
+) -> None:
+    """Globex's agent stores a subject memory about Ann, a person of Acme (allowed: docs/
+    deploying.md, "a subject memory about a person of another organization"). Ann may archive
+    and restore it ((a): a memory about her), and each is a real change (the no-op rule of
+    review11 does not apply), so each adds a history row in Globex's tenant. The history
+    endpoints are unpaginated ("The history endpoint stays unpaginated: without no-op rows a
+    memory's history grows only by real changes"): after 51 rounds Globex's agent reads 103
+    rows in one answer, and nothing bounds it but Ann's rate limit (3,000 requests a minute:
+    about 4 million rows a day, each read in full, in one list and one JSON answer, by every
+    history request of Globex's agents and by Ann's export). Lists answer at most 100 rows a
+    page (`limit` 1-100): the history should too (a `limit` and a cursor), or keep a bounded
+    number of rows per memory."""
+    ann = world.user("Ann", "Acme")
+    globex = world.agent(world.user("Gus", "Globex"))
+    stored = client.post(
+        AGENT_MEMORIES,
+        json=memory_body("Ann prefers email", subject_id=ann.id),
+        headers=globex.headers,
+    )
+    assert stored.status_code == 201, stored.text
+    memory_id = stored.json()["data"]["id"]
+    for _ in range(51):
+        for action in ("archive", "restore"):
+            changed = client.post(f"/api/v1/me/memories/{memory_id}/{action}", headers=ann.headers)
+            assert changed.status_code == 200, changed.text
+    history = client.get(f"{AGENT_MEMORIES}/{memory_id}/history", headers=globex.headers)
+    assert history.status_code == 200, history.text
+    assert len(history.json()["data"]) <= 100
