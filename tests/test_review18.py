@@ -7,6 +7,7 @@ finding's reason (docs/decisions.md, "Tenth hostile review: findings (review18, 
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -139,3 +140,64 @@ def test_another_tenants_person_cannot_grow_a_history_answer_without_bound(
     history = client.get(f"{AGENT_MEMORIES}/{memory_id}/history", headers=globex.headers)
     assert history.status_code == 200, history.text
     assert len(history.json()["data"]) <= 100
+
+
+# --- 3. one search's budget-cut count is kept as every tenant's verdict (SQLite) ------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SQLite keeps a term count that ran out of the search's 30 ms budget as the "
+    "term's count for 60 s: one tenant's search gets every tenant's searches of the word "
+    "refused in that process",
+)
+def test_a_count_cut_short_by_one_search_does_not_refuse_another_tenants_search(
+    client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite corrects a term's page estimate by counting its entries, within
+    `COUNT_BUDGET_SECONDS` (30 ms) per search for all its terms together (`_term_stats`); a
+    term left no time gets `DRIVER_POSTINGS + 1` ("too common"), and that figure is kept in
+    the process's `_counted` cache, for every tenant, as if it had been counted, until the
+    estimates expire (60 s, or when a search fills `MAX_CACHED_RANGES`). Globex's search puts
+    costly prefixes before the word (each such count took 30-390 ms at 1,000,000 memories:
+    "Counting a term's entries has a budget"), so the word is reached with no time left; here
+    the budget is 0 for Globex's one search, which is where its deadline leaves the word. The
+    machine is idle again for Acme's search of the same word, and Acme, whose match the index
+    would find at once, is refused with 422 `words_too_common` (its match is not among its
+    newest rows). Globex can repeat it at will (a search of new terms fills the cache and
+    clears it): a chosen word unsearchable for every tenant of the process. Suggested fix:
+    keep only counts that completed; a count cut short is no knowledge about the term."""
+    if not isinstance(store, sqlite.SqliteStore):
+        pytest.skip("SQLite's term counts")
+    monkeypatch.setattr(search_plan, "DRIVER_POSTINGS", 1_000)
+    monkeypatch.setattr(search_plan, "WALK_EXPECTED_ROWS", 200)
+    monkeypatch.setattr(sql, "WALK_ROWS", 100)
+    monkeypatch.setattr(sqlite, "DRIVER_POSTINGS", 1_000)
+    acme = world.agent(world.user("Ann", "Acme"))
+    globex = world.agent(world.user("Gus", "Globex"))
+    start = datetime.now(UTC) - timedelta(days=2)
+    _store_many(
+        store, acme, ["the harbour at dawn"] + [f"note number {i}" for i in range(149)], start
+    )
+    _store_many(
+        store,
+        globex,
+        [" ".join(["harbor"] * 8 + ["crate", str(i)]) for i in range(1_500)],
+        start + timedelta(days=1),
+    )
+    _refresh_statistics(store)
+    params = {"content_query": "dawn"}
+    # The word's pages say "too common" (it sorts among Globex's many entries), its count says 1.
+    answered = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
+    assert answered.status_code == 200, answered.text
+    assert [m["content"] for m in answered.json()["data"]] == ["the harbour at dawn"]
+
+    store._stats_at = -math.inf  # the kept estimates expire (every 60 s)
+    budget = sqlite.COUNT_BUDGET_SECONDS
+    monkeypatch.setattr(sqlite, "COUNT_BUDGET_SECONDS", 0.0)  # Globex's deadline, at the word
+    client.get(AGENT_MEMORIES, params=params, headers=globex.headers)
+    monkeypatch.setattr(sqlite, "COUNT_BUDGET_SECONDS", budget)  # idle again
+
+    again = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
+    assert again.status_code == 200, again.text
+    assert again.json()["data"] == answered.json()["data"]
