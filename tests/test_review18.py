@@ -52,167 +52,7 @@ def _refresh_statistics(store: Store) -> None:
             conn.exec_driver_sql("INSERT INTO memories_fts(memories_fts) VALUES ('optimize')")
 
 
-# --- 1. another tenant's writes get this tenant's search refused ---------------------------
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the plan's term estimates count every tenant's memories: another organization's "
-    "writes of a word make this organization's search for it 422 words_too_common",
-)
-def test_another_tenants_writes_do_not_get_this_tenants_search_refused(
-    client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Thresholds scaled down as `tests/api/test_search_plan.py` scales them (30,000 index
-    entries become 1,000; a walk of 1,000 rows, 100), and the statistics read afresh (a server
-    re-reads them every 60 s). Acme's agent holds 150 memories; the oldest names `marigold`.
-    Its newest-first search for it is answered through the index: for Acme the word is rare.
-    Then another organization, Globex, stores the word in 1,500 memories of its own (eight
-    times each, so that its index entries span pages, as the plan tests do). Acme's
-    data has not changed, yet the same search is now 422 `search_too_expensive`
-    (`words_too_common`): the estimates (`_term_stats`: FTS5's segment pages and counts,
-    PostgreSQL's `most_common_elems`) are of the whole index, every tenant's memories, so the
-    word is "too common to look up" for Acme too, and the walk of Acme's newest rows does not
-    reach its one match. At the real thresholds: any organization (or several together) whose
-    memories hold a word more than 30,000 times gets every other tenant's search for that word
-    refused where the match is not among the tenant's 1,000 newest memories of the audience."""
-    monkeypatch.setattr(search_plan, "DRIVER_POSTINGS", 1_000)
-    monkeypatch.setattr(search_plan, "WALK_EXPECTED_ROWS", 200)
-    monkeypatch.setattr(sql, "WALK_ROWS", 100)
-    monkeypatch.setattr(sqlite, "DRIVER_POSTINGS", 1_000)
-    monkeypatch.setattr(sqlite, "STATS_SECONDS", 0.0)
-    monkeypatch.setattr(postgres, "STATS_SECONDS", 0.0)
-    acme = world.agent(world.user("Ann", "Acme"))
-    globex = world.agent(world.user("Gus", "Globex"))
-    start = datetime.now(UTC) - timedelta(days=2)
-    _store_many(
-        store,
-        acme,
-        ["the client likes marigold tea"] + [f"note number {i}" for i in range(149)],
-        start,
-    )
-    _refresh_statistics(store)
-    params = {"content_query": "marigold"}
-    before = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
-    assert before.status_code == 200, before.text
-    assert [m["content"] for m in before.json()["data"]] == ["the client likes marigold tea"]
-
-    _store_many(
-        store,
-        globex,
-        [" ".join(["marigold"] * 8 + ["shipment", str(i)]) for i in range(1_500)],
-        start + timedelta(days=1),
-    )
-    _refresh_statistics(store)
-
-    after = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
-    assert after.status_code == 200, after.text
-    assert after.json()["data"] == before.json()["data"]
-
-
-# --- 2. a person of another organization grows a memory's unpaged history without bound -----
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="a memory's history is answered whole (no page, no limit) and every archive/restore "
-    "is a real change: a person of another organization grows an organization's history "
-    "answers without bound",
-)
-def test_another_tenants_person_cannot_grow_a_history_answer_without_bound(
-    client: TestClient, world: World
-) -> None:
-    """Globex's agent stores a subject memory about Ann, a person of Acme (allowed: docs/
-    deploying.md, "a subject memory about a person of another organization"). Ann may archive
-    and restore it ((a): a memory about her), and each is a real change (the no-op rule of
-    review11 does not apply), so each adds a history row in Globex's tenant. The history
-    endpoints are unpaginated ("The history endpoint stays unpaginated: without no-op rows a
-    memory's history grows only by real changes"): after 51 rounds Globex's agent reads 103
-    rows in one answer, and nothing bounds it but Ann's rate limit (3,000 requests a minute:
-    about 4 million rows a day, each read in full, in one list and one JSON answer, by every
-    history request of Globex's agents and by Ann's export). Lists answer at most 100 rows a
-    page (`limit` 1-100): the history should too (a `limit` and a cursor), or keep a bounded
-    number of rows per memory."""
-    ann = world.user("Ann", "Acme")
-    globex = world.agent(world.user("Gus", "Globex"))
-    stored = client.post(
-        AGENT_MEMORIES,
-        json=memory_body("Ann prefers email", subject_id=ann.id),
-        headers=globex.headers,
-    )
-    assert stored.status_code == 201, stored.text
-    memory_id = stored.json()["data"]["id"]
-    for _ in range(51):
-        for action in ("archive", "restore"):
-            changed = client.post(f"/api/v1/me/memories/{memory_id}/{action}", headers=ann.headers)
-            assert changed.status_code == 200, changed.text
-    history = client.get(f"{AGENT_MEMORIES}/{memory_id}/history", headers=globex.headers)
-    assert history.status_code == 200, history.text
-    assert len(history.json()["data"]) <= 100
-
-
-# --- 3. one search's budget-cut count is kept as every tenant's verdict (SQLite) ------------
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="SQLite keeps a term count that ran out of the search's 30 ms budget as the "
-    "term's count for 60 s: one tenant's search gets every tenant's searches of the word "
-    "refused in that process",
-)
-def test_a_count_cut_short_by_one_search_does_not_refuse_another_tenants_search(
-    client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SQLite corrects a term's page estimate by counting its entries, within
-    `COUNT_BUDGET_SECONDS` (30 ms) per search for all its terms together (`_term_stats`); a
-    term left no time gets `DRIVER_POSTINGS + 1` ("too common"), and that figure is kept in
-    the process's `_counted` cache, for every tenant, as if it had been counted, until the
-    estimates expire (60 s, or when a search fills `MAX_CACHED_RANGES`). Globex's search puts
-    costly prefixes before the word (each such count took 30-390 ms at 1,000,000 memories:
-    "Counting a term's entries has a budget"), so the word is reached with no time left; here
-    the budget is 0 for Globex's one search, which is where its deadline leaves the word. The
-    machine is idle again for Acme's search of the same word, and Acme, whose match the index
-    would find at once, is refused with 422 `words_too_common` (its match is not among its
-    newest rows). Globex can repeat it at will (a search of new terms fills the cache and
-    clears it): a chosen word unsearchable for every tenant of the process. Suggested fix:
-    keep only counts that completed; a count cut short is no knowledge about the term."""
-    if not isinstance(store, sqlite.SqliteStore):
-        pytest.skip("SQLite's term counts")
-    monkeypatch.setattr(search_plan, "DRIVER_POSTINGS", 1_000)
-    monkeypatch.setattr(search_plan, "WALK_EXPECTED_ROWS", 200)
-    monkeypatch.setattr(sql, "WALK_ROWS", 100)
-    monkeypatch.setattr(sqlite, "DRIVER_POSTINGS", 1_000)
-    acme = world.agent(world.user("Ann", "Acme"))
-    globex = world.agent(world.user("Gus", "Globex"))
-    start = datetime.now(UTC) - timedelta(days=2)
-    _store_many(
-        store, acme, ["the harbour at dawn"] + [f"note number {i}" for i in range(149)], start
-    )
-    _store_many(
-        store,
-        globex,
-        [" ".join(["harbor"] * 8 + ["crate", str(i)]) for i in range(1_500)],
-        start + timedelta(days=1),
-    )
-    _refresh_statistics(store)
-    params = {"content_query": "dawn"}
-    # The word's pages say "too common" (it sorts among Globex's many entries), its count says 1.
-    answered = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
-    assert answered.status_code == 200, answered.text
-    assert [m["content"] for m in answered.json()["data"]] == ["the harbour at dawn"]
-
-    store._stats_at = -math.inf  # the kept estimates expire (every 60 s)
-    budget = sqlite.COUNT_BUDGET_SECONDS
-    monkeypatch.setattr(sqlite, "COUNT_BUDGET_SECONDS", 0.0)  # Globex's deadline, at the word
-    client.get(AGENT_MEMORIES, params=params, headers=globex.headers)
-    monkeypatch.setattr(sqlite, "COUNT_BUDGET_SECONDS", budget)  # idle again
-
-    again = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
-    assert again.status_code == 200, again.text
-    assert again.json()["data"] == answered.json()["data"]
-
-
-# --- 4/5. a long deletion stalls every tenant's requests in the process ----------------------
+# --- 1. a large agent's deletion stalls every tenant's requests in the process -------------------
 
 HELD_FOR = 30.0  # a held deletion is let go after this long, whatever happens
 
@@ -270,19 +110,19 @@ def test_deleting_a_large_agent_does_not_stall_another_tenants_reads(
 ) -> None:
     """`DELETE /api/v1/me/agents/{id}` deletes the agent's private memories and rewrites its
     others in one transaction (docs/decisions.md, "Deleting an agent"), in a request thread.
-    Measured on SQLite in process (`bench/results/2026-12-05d/review18/`): 50,000 private
-    memories take 2.3-2.5 s, during which another organization's store waited 2.2 s and a
-    third organization's one-page read (5 ms alone) 2.1 s; it grows with the agent (about 45 s
-    at 1,000,000). On PostgreSQL a process has one request thread, which the deletion holds:
-    every other request of the process waits. On SQLite the deletion holds the one writer; the
-    first store of any tenant then takes the second and last request thread to wait for it, and
-    every request after it waits for a thread. One request of each tenant, far within their
-    shares. Exports and erasures were moved to threads of their own for exactly this ("a
-    100,000-memory export or erasure must not make every other caller of that process wait");
-    an agent's deletion was not, nor batched as Tuya's clear-all is ("a large device never
-    holds the write lock for long"). Here the deletion is held inside its transaction (as a
-    large one would be), another tenant's store takes what request threads remain (SQLite),
-    and a third tenant's read must still be answered."""
+    Measured in process (`bench/results/2026-12-05d/review18/`), 50,000 private memories: SQLite
+    2.1-2.5 s, during which another organization's store waited 1.8-2.2 s and a third
+    organization's one- page read (3-5 ms alone) 1.7-2.1 s; PostgreSQL 1.4 s, the store 1.1 s,
+    the read 0.9 s. It grows with the agent. On PostgreSQL a process has one request thread,
+    which the deletion holds: every other request of the process waits. On SQLite the deletion
+    holds the one writer; the first store of any tenant then takes the second and last request
+    thread to wait for it, and every request after it waits for a thread. One request of each
+    tenant, far within their shares. Exports and erasures were moved to threads of their own for
+    exactly this ("a 100,000-memory export or erasure must not make every other caller of that
+    process wait"); an agent's deletion was not, nor batched as Tuya's clear-all is ("a large
+    device never holds the write lock for long"). Here the deletion is held inside its
+    transaction (as a large one would be), another tenant's store takes what request threads
+    remain (SQLite), and a third tenant's read must still be answered."""
     ann = world.user("Ann", "Acme")
     doomed = world.agent(ann)
     stored = client.post(AGENT_MEMORIES, json=memory_body("private note"), headers=doomed.headers)
@@ -315,6 +155,67 @@ def test_deleting_a_large_agent_does_not_stall_another_tenants_reads(
         served = not reader.is_alive()
     _all_ended(started)
     assert served and answers["read"] == 200, answers
+
+
+# --- 2. another tenant's writes get this tenant's search refused ---------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the plan's term estimates count every tenant's memories: another organization's "
+    "writes of a word make this organization's search for it 422 words_too_common",
+)
+def test_another_tenants_writes_do_not_get_this_tenants_search_refused(
+    client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thresholds scaled down as `tests/api/test_search_plan.py` scales them (30,000 index
+    entries become 1,000; a walk of 1,000 rows, 100), and the statistics read afresh (a server
+    re-reads them every 60 s). Acme's agent holds 150 memories; the oldest names `marigold`.
+    Its newest-first search for it is answered through the index: for Acme the word is rare.
+    Then another organization, Globex, stores the word in 1,500 memories of its own (eight
+    times each, so that its index entries span pages, as the plan tests do). Acme's
+    data has not changed, yet the same search is now 422 `search_too_expensive`
+    (`words_too_common`): the estimates (`_term_stats`: FTS5's segment pages and counts,
+    PostgreSQL's `most_common_elems`) are of the whole index, every tenant's memories, so the
+    word is "too common to look up" for Acme too, and the walk of Acme's newest rows does not
+    reach its one match. At the real thresholds: any organization (or several together) whose
+    memories hold a word more than 30,000 times gets every other tenant's search for that word
+    refused where the match is not among the tenant's 1,000 newest memories of the audience."""
+    monkeypatch.setattr(search_plan, "DRIVER_POSTINGS", 1_000)
+    monkeypatch.setattr(search_plan, "WALK_EXPECTED_ROWS", 200)
+    monkeypatch.setattr(sql, "WALK_ROWS", 100)
+    monkeypatch.setattr(sqlite, "DRIVER_POSTINGS", 1_000)
+    monkeypatch.setattr(sqlite, "STATS_SECONDS", 0.0)
+    monkeypatch.setattr(postgres, "STATS_SECONDS", 0.0)
+    acme = world.agent(world.user("Ann", "Acme"))
+    globex = world.agent(world.user("Gus", "Globex"))
+    start = datetime.now(UTC) - timedelta(days=2)
+    _store_many(
+        store,
+        acme,
+        ["the client likes marigold tea"] + [f"note number {i}" for i in range(149)],
+        start,
+    )
+    _refresh_statistics(store)
+    params = {"content_query": "marigold"}
+    before = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
+    assert before.status_code == 200, before.text
+    assert [m["content"] for m in before.json()["data"]] == ["the client likes marigold tea"]
+
+    _store_many(
+        store,
+        globex,
+        [" ".join(["marigold"] * 8 + ["shipment", str(i)]) for i in range(1_500)],
+        start + timedelta(days=1),
+    )
+    _refresh_statistics(store)
+
+    after = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
+    assert after.status_code == 200, after.text
+    assert after.json()["data"] == before.json()["data"]
+
+
+# --- 3. an erasure stalls every tenant's reads (SQLite) ------------------------------------------
 
 
 @pytest.mark.xfail(
@@ -385,7 +286,141 @@ def test_an_erasure_does_not_stall_another_tenants_reads(
     assert served and answers["read"] == 200, answers
 
 
-# --- 6. a word PostgreSQL's index drops ------------------------------------------------------
+# --- 4. a rotated key's page session lives on ----------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rotating a person's key leaves the page sessions signed in with the old key "
+    "alive (30 min), and they can register agents, whose keys outlive the session",
+)
+def test_a_page_session_signed_in_with_a_rotated_key_ends_with_it(
+    client: TestClient, world: World
+) -> None:
+    """A person whose key leaked rotates it (`POST /api/v1/me/api-key/rotate`: "the old key
+    refused at once"). Whoever signed in on the page with the leaked key keeps that session
+    until it expires (`MNEMOS_UI_SESSION_SECONDS`, 1,800), reads everything the person sees,
+    erases, deletes, and registers an agent (`POST /ui/agents`), whose new key is shown once and
+    works after the session is gone: the rotation did not end the access it was meant to end.
+    Only `tokens/revoke` ends sessions ("Rotating a key does not revoke tokens, nor the reverse",
+    docs/decisions.md, written for bearer tokens, which a key's thief cannot mint; a session is
+    opened with the key itself). Suggested: a session remembers the key it was opened with (or
+    the time), and a rotation ends the sessions opened with the old key, as revocation ends
+    every session."""
+    ann = world.user("Ann", "Acme")
+    csrf = signed_in(client, ann)  # as the key's thief, in another browser
+    rotated = client.post("/api/v1/me/api-key/rotate", headers=ann.headers)
+    assert rotated.status_code == 200, rotated.text
+    assert client.get("/api/v1/me/profile", headers=ann.headers).status_code == 401
+    registered = client.post(
+        "/ui/agents", data={"csrf_token": csrf, "name": "kept", "description": ""}
+    )
+    assert "mn_agent_" not in registered.text
+
+
+# --- 5. one search's budget-cut count is kept as every tenant's verdict (SQLite) -----------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SQLite keeps a term count that ran out of the search's 30 ms budget as the "
+    "term's count for 60 s: one tenant's search gets every tenant's searches of the word "
+    "refused in that process",
+)
+def test_a_count_cut_short_by_one_search_does_not_refuse_another_tenants_search(
+    client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite corrects a term's page estimate by counting its entries, within
+    `COUNT_BUDGET_SECONDS` (30 ms) per search for all its terms together (`_term_stats`); a
+    term left no time gets `DRIVER_POSTINGS + 1` ("too common"), and that figure is kept in
+    the process's `_counted` cache, for every tenant, as if it had been counted, until the
+    estimates expire (60 s, or when a search fills `MAX_CACHED_RANGES`). Globex's search puts
+    costly prefixes before the word (each such count took 30-390 ms at 1,000,000 memories:
+    "Counting a term's entries has a budget"), so the word is reached with no time left; here
+    the budget is 0 for Globex's one search, which is where its deadline leaves the word. The
+    machine is idle again for Acme's search of the same word, and Acme, whose match the index
+    would find at once, is refused with 422 `words_too_common` (its match is not among its
+    newest rows). Globex can repeat it at will (a search of new terms fills the cache and
+    clears it): a chosen word unsearchable for every tenant of the process. Suggested fix:
+    keep only counts that completed; a count cut short is no knowledge about the term."""
+    if not isinstance(store, sqlite.SqliteStore):
+        pytest.skip("SQLite's term counts")
+    monkeypatch.setattr(search_plan, "DRIVER_POSTINGS", 1_000)
+    monkeypatch.setattr(search_plan, "WALK_EXPECTED_ROWS", 200)
+    monkeypatch.setattr(sql, "WALK_ROWS", 100)
+    monkeypatch.setattr(sqlite, "DRIVER_POSTINGS", 1_000)
+    acme = world.agent(world.user("Ann", "Acme"))
+    globex = world.agent(world.user("Gus", "Globex"))
+    start = datetime.now(UTC) - timedelta(days=2)
+    _store_many(
+        store, acme, ["the harbour at dawn"] + [f"note number {i}" for i in range(149)], start
+    )
+    _store_many(
+        store,
+        globex,
+        [" ".join(["harbor"] * 8 + ["crate", str(i)]) for i in range(1_500)],
+        start + timedelta(days=1),
+    )
+    _refresh_statistics(store)
+    params = {"content_query": "dawn"}
+    # The word's pages say "too common" (it sorts among Globex's many entries), its count says 1.
+    answered = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
+    assert answered.status_code == 200, answered.text
+    assert [m["content"] for m in answered.json()["data"]] == ["the harbour at dawn"]
+
+    store._stats_at = -math.inf  # the kept estimates expire (every 60 s)
+    budget = sqlite.COUNT_BUDGET_SECONDS
+    monkeypatch.setattr(sqlite, "COUNT_BUDGET_SECONDS", 0.0)  # Globex's deadline, at the word
+    client.get(AGENT_MEMORIES, params=params, headers=globex.headers)
+    monkeypatch.setattr(sqlite, "COUNT_BUDGET_SECONDS", budget)  # idle again
+
+    again = client.get(AGENT_MEMORIES, params=params, headers=acme.headers)
+    assert again.status_code == 200, again.text
+    assert again.json()["data"] == answered.json()["data"]
+
+
+# --- 6. a person of another organization grows a memory's unpaged history ------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a memory's history is answered whole (no page, no limit) and every archive/restore "
+    "is a real change: a person of another organization grows an organization's history "
+    "answers without bound",
+)
+def test_another_tenants_person_cannot_grow_a_history_answer_without_bound(
+    client: TestClient, world: World
+) -> None:
+    """Globex's agent stores a subject memory about Ann, a person of Acme (allowed: docs/
+    deploying.md, "a subject memory about a person of another organization"). Ann may archive
+    and restore it ((a): a memory about her), and each is a real change (the no-op rule of
+    review11 does not apply), so each adds a history row in Globex's tenant. The history
+    endpoints are unpaginated ("The history endpoint stays unpaginated: without no-op rows a
+    memory's history grows only by real changes"): after 51 rounds Globex's agent reads 103
+    rows in one answer, and nothing bounds it but Ann's rate limit (3,000 requests a minute:
+    about 4 million rows a day, each read in full, in one list and one JSON answer, by every
+    history request of Globex's agents and by Ann's export). Lists answer at most 100 rows a
+    page (`limit` 1-100): the history should too (a `limit` and a cursor), or keep a bounded
+    number of rows per memory."""
+    ann = world.user("Ann", "Acme")
+    globex = world.agent(world.user("Gus", "Globex"))
+    stored = client.post(
+        AGENT_MEMORIES,
+        json=memory_body("Ann prefers email", subject_id=ann.id),
+        headers=globex.headers,
+    )
+    assert stored.status_code == 201, stored.text
+    memory_id = stored.json()["data"]["id"]
+    for _ in range(51):
+        for action in ("archive", "restore"):
+            changed = client.post(f"/api/v1/me/memories/{memory_id}/{action}", headers=ann.headers)
+            assert changed.status_code == 200, changed.text
+    history = client.get(f"{AGENT_MEMORIES}/{memory_id}/history", headers=globex.headers)
+    assert history.status_code == 200, history.text
+    assert len(history.json()["data"]) <= 100
+
+
+# --- 7. a word PostgreSQL's index drops ----------------------------------------------------------
 
 
 @pytest.mark.xfail(
@@ -418,35 +453,3 @@ def test_a_long_word_is_found_on_postgresql_as_on_sqlite(
     )
     assert found.status_code == 200, found.text
     assert [m["id"] for m in found.json()["data"]] == [stored.json()["data"]["id"]]
-
-
-# --- 7. a rotated key's page session lives on ------------------------------------------------
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="rotating a person's key leaves the page sessions signed in with the old key "
-    "alive (30 min), and they can register agents, whose keys outlive the session",
-)
-def test_a_page_session_signed_in_with_a_rotated_key_ends_with_it(
-    client: TestClient, world: World
-) -> None:
-    """A person whose key leaked rotates it (`POST /api/v1/me/api-key/rotate`: "the old key
-    refused at once"). Whoever signed in on the page with the leaked key keeps that session
-    until it expires (`MNEMOS_UI_SESSION_SECONDS`, 1,800), reads everything the person sees,
-    erases, deletes, and registers an agent (`POST /ui/agents`), whose new key is shown once and
-    works after the session is gone: the rotation did not end the access it was meant to end.
-    Only `tokens/revoke` ends sessions ("Rotating a key does not revoke tokens, nor the reverse",
-    docs/decisions.md, written for bearer tokens, which a key's thief cannot mint; a session is
-    opened with the key itself). Suggested: a session remembers the key it was opened with (or
-    the time), and a rotation ends the sessions opened with the old key, as revocation ends
-    every session."""
-    ann = world.user("Ann", "Acme")
-    csrf = signed_in(client, ann)  # as the key's thief, in another browser
-    rotated = client.post("/api/v1/me/api-key/rotate", headers=ann.headers)
-    assert rotated.status_code == 200, rotated.text
-    assert client.get("/api/v1/me/profile", headers=ann.headers).status_code == 401
-    registered = client.post(
-        "/ui/agents", data={"csrf_token": csrf, "name": "kept", "description": ""}
-    )
-    assert "mn_agent_" not in registered.text
