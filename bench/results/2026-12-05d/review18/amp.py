@@ -1,22 +1,48 @@
-import time, tempfile, os, statistics, sys
+"""Store latency of ordinary text against text that NFKD multiplies (review18, noticed).
+
+PYTHONPATH=. python bench/results/2026-12-05d/review18/amp.py URL
+"""
+
+import statistics
+import sys
+import time
+
 from fastapi.testclient import TestClient
+from tests.world import World, memory_body
+
 from mnemos.api.app import create_app
 from mnemos.config import Settings
-from mnemos.storage import open_store, migrate
-from tests.world import World, memory_body
-url = sys.argv[1]
-s = Settings(database_url=url, rate_limit_per_minute=0, embedder="none", max_in_flight_per_tenant=0)
-migrate(s)
-store = open_store(s); w = World(store)
-a = w.agent(w.user("Ann", "amp-org"+str(time.time())))
-texts = {"ascii words": " ".join(f"w{i%997}" for i in range(1700))[:10000],
-         "a a a": "a " * 5000,
-         "FDFA x10000": "\uFDFA" * 10000}
-with TestClient(create_app(s, store)) as c:
-    for rnd in range(3):
-        for name, t in texts.items():
-            ts = []
-            for i in range(10):
-                t0 = time.perf_counter(); r = c.post("/api/v1/agent/memories", json=memory_body(t), headers=a.headers); ts.append(time.perf_counter()-t0)
-                assert r.status_code == 201, r.text[:200]
-            print(rnd, f"{name:12s} median {statistics.median(ts)*1000:.1f} ms")
+from mnemos.storage import migrate, open_store
+
+TEXTS = {
+    "ascii words": " ".join(f"w{i % 997}" for i in range(1700))[:10000],
+    "a a a": "a " * 5000,
+    "FDFA x10000": "\ufdfa" * 10000,
+}
+
+
+def main(url: str) -> None:
+    settings = Settings(
+        database_url=url, rate_limit_per_minute=0, embedder="none", max_in_flight_per_tenant=0
+    )
+    migrate(settings)
+    store = open_store(settings)
+    world = World(store)
+    tag = str(time.time()).replace(".", "")
+    agent = world.agent(world.user(f"Ann{tag}", f"amp-org{tag}"))
+    with TestClient(create_app(settings, store)) as client:
+        for round_ in range(3):
+            for name, text in TEXTS.items():
+                took = []
+                for _ in range(10):
+                    began = time.perf_counter()
+                    stored = client.post(
+                        "/api/v1/agent/memories", json=memory_body(text), headers=agent.headers
+                    )
+                    took.append(time.perf_counter() - began)
+                    assert stored.status_code == 201, stored.text[:200]
+                print(round_, f"{name:12s} median {statistics.median(took) * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
