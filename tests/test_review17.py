@@ -101,11 +101,6 @@ def stored(client: TestClient, bot: Actor, content: str, **fields: Any) -> str:
 # --- 1. a write that SQLite rolls back whole, in a shared batch ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17 finding 1: an I/O error in a later block of a group commit makes SQLite roll "
-    "back the whole transaction, and the batch's earlier writers are told their writes were saved",
-)
 def test_a_write_error_that_rolls_back_the_batch_fails_every_writer_of_it(
     tmp_path: Path,
 ) -> None:
@@ -383,11 +378,6 @@ def store_url(store: Store) -> str:
 # --- 6. a person's restore of a memory its agent supersedes -------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17 finding 6: a restore checks 'archived' on a read and updates without it: "
-    "a memory superseded meanwhile becomes active",
-)
 def test_a_memory_superseded_while_its_person_restores_it_stays_superseded(
     client: TestClient, world: World, store: Store
 ) -> None:
@@ -481,11 +471,6 @@ def test_a_search_in_flight_survives_another_clearing_the_term_estimates(
 # --- 8. Tuya's clear-all beside a delete of one key ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17 finding 8: Tuya's clear-all stops at a batch a concurrent delete made "
-    "short and answers true with memories left (PostgreSQL)",
-)
 def test_tuya_clear_all_deletes_everything_while_a_key_is_deleted(
     client: TestClient,
     project: dict[str, Any],  # noqa: F811

@@ -146,13 +146,17 @@ class HumanMemoryService:
 
     def set_status(self, ctx: UserContext, memory_id: str, status: Status) -> Memory:
         memory = self.changeable(ctx, memory_id)
-        if status is Status.ACTIVE and memory.status is not Status.ARCHIVED:
+        restore = status is Status.ACTIVE
+        if restore and memory.status is not Status.ARCHIVED:
             raise MemoryNotArchived(details={"status": memory.status.value})
+        only_from = Status.ARCHIVED if restore else None
         updated = self.store.set_memory_status(
-            memory.tenant_id, memory.id, status, utcnow(), by=by_user(ctx)
+            memory.tenant_id, memory.id, status, utcnow(), by=by_user(ctx), only_from=only_from
         )
         if updated is None:
             raise NotFound("Memory not found")
+        if restore and updated.status is not Status.ACTIVE:  # superseded since it was read
+            raise MemoryNotArchived(details={"status": updated.status.value})
         return updated
 
     def display_fields(

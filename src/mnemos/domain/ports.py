@@ -150,8 +150,10 @@ class MemoryStore(Protocol):
         now: datetime,
         *,
         by: ChangedBy | None = None,
+        only_from: Status | None = None,
     ) -> Memory | None:
-        """Change a memory's status and `updated_at`; the updated memory, or None if gone."""
+        """Change a memory's status and `updated_at` (with `only_from`: only while it has that
+        status, decided in the same statement); the memory as it is then, or None if gone."""
 
     @abc.abstractmethod
     def list_memories(

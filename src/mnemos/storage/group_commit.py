@@ -74,6 +74,12 @@ class GroupCommit:
             except BaseException as exc:
                 if savepoint is None:
                     self._roll_back(batch, exc)
+                elif not _in_transaction(batch.conn):
+                    # SQLite ended the whole transaction itself (an I/O error, a full disk in a
+                    # statement without a statement journal): the earlier blocks' work is gone
+                    # too, so every writer of the batch fails with this block (review17).
+                    batch.error = exc
+                    self._roll_back(batch, exc)
                 else:
                     savepoint.rollback()
                 raise
@@ -123,3 +129,8 @@ class GroupCommit:
         except BaseException as exc:  # every writer of the batch re-raises it
             batch.error = exc
         batch.done.set()
+
+
+def _in_transaction(conn: Connection) -> bool:
+    """Whether the driver's connection still holds the transaction the batch opened."""
+    return bool(conn.connection.dbapi_connection.in_transaction)  # type: ignore[union-attr]

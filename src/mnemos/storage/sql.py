@@ -122,15 +122,19 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         now: datetime,
         *,
         by: ChangedBy | None = None,
+        only_from: Status | None = None,
     ) -> Memory | None:
         this = sa.and_(M.tenant_id == tenant_id, M.id == memory_id)
+        allowed = M.status != status.value if only_from is None else M.status == only_from.value
         try:
             with self._write() as conn:
                 # A memory that has the status already is left as it is: no history row (any
-                # caller could otherwise grow a person's history by repeating a request).
+                # caller could otherwise grow a person's history by repeating a request). The
+                # status a change is allowed from is checked here, not on an earlier read: a
+                # supersede committed meanwhile is not undone by a restore (review17).
                 changed = conn.execute(
                     memories.update()
-                    .where(this, M.status != status.value)
+                    .where(this, allowed)
                     .values(status=status.value, updated_at=now)
                     .returning(M.subject_id)
                 ).first()

@@ -224,7 +224,9 @@ class TuyaSql(SqlBase):
                 where = sa.and_(M.tenant_id == tenant_id, M.pk.in_(chosen))
                 count = self._delete_memories(conn, where, by or SERVER)
             deleted += count
-            if count < batch:
+            # Until a batch finds nothing: a batch is short also when another request deleted
+            # some of its rows while it waited for them, with more left after it (review17).
+            if count == 0:
                 return deleted
 
     # --- replay protection -----------------------------------------------------------------
