@@ -28,6 +28,7 @@ from mnemos.api.observe import ObserveMiddleware
 from mnemos.api.responses import JSONResponse, errors
 from mnemos.api.routing import named
 from mnemos.api.ui import install_ui
+from mnemos.api.writer_gate import WriterGate, WriterGateMiddleware
 from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
 from mnemos.domain.memories import MemoryService
@@ -47,7 +48,7 @@ from mnemos.errors import StorageUnavailable
 from mnemos.indexer import Indexer, InFlight
 from mnemos.mcp.http import McpEndpoint
 from mnemos.ratelimit import build_limiters
-from mnemos.storage import open_store
+from mnemos.storage import backend, open_store
 from mnemos.storage.base import Store
 
 CURSOR_SECRET = "cursor-hmac"
@@ -185,9 +186,13 @@ def create_app(
         settings.max_in_flight_per_tenant,
     )
     app.state.limiters = limiters
+    gate = WriterGate(backend(settings.resolved_database_url()).one_writer)
+    app.state.writer_gate = gate
     # Outermost last: request id, access line and metrics, then the in-flight cap, the access
     # checks, the body limit (a request the access checks refuse is answered before its body
-    # is read: an address past its limit does not get a mebibyte held for it first).
+    # is read: an address past its limit does not get a mebibyte held for it first), and
+    # innermost a write's wait for this process's long writes (SQLite).
+    app.add_middleware(WriterGateMiddleware, gate=gate)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(AccessMiddleware, limiter=limiters.requests, shares=limiters.shares)
     app.add_middleware(

@@ -21,6 +21,7 @@ from mnemos.api.deps import Services, agent_caller, services, user_caller
 from mnemos.api.responses import JSONResponse, data, encodable, errors
 from mnemos.api.routing import MnemosRoute
 from mnemos.api.schemas import UserMemoryOut, memory_json
+from mnemos.api.writer_gate import WriterGate, run_long_write, writer_gate
 from mnemos.domain.history import by_user
 from mnemos.domain.ids import iso
 from mnemos.domain.models import AgentContext, Change, EncodedBatch, Erasure, Owners, UserContext
@@ -217,6 +218,7 @@ async def erase_about_me(
     ctx: UserContext = Depends(user_caller),
     svc: Services = Depends(services),
     threads: CapacityLimiter = Depends(rights_threads),
+    gate: WriterGate = Depends(writer_gate),
 ) -> JSONResponse:
     """Erases for good every memory about you, every status, with its history, from every
     search index, at once (all or nothing). Send `{"confirm": true}`. An erasure event without
@@ -224,7 +226,7 @@ async def erase_about_me(
     if body.confirm is not True:
         raise invalid_field("confirm", "must be true to erase every memory about you")
     erase = partial(svc.rights.erase, ctx, by_user(ctx))
-    return data(erased_json(await to_thread.run_sync(erase, limiter=threads)))
+    return data(erased_json(await run_long_write(gate, threads, erase)))
 
 
 @human_router.get(

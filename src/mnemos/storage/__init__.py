@@ -118,10 +118,16 @@ class Backend:
     """Whether it can read from replicas (`MNEMOS_DATABASE_REPLICA_URLS`)."""
     exists: Callable[[str], bool] = _answers_for_itself
     """Whether the database is there, without creating it (a server refuses a missing one)."""
+    one_writer: bool = False
+    """Whether one write transaction at a time holds the whole database (`api/writer_gate.py`)."""
 
 
 SQLITE = Backend(
-    open=_open_sqlite, worker_threads=2, prepare=_sqlite_directory, exists=_sqlite_file_exists
+    open=_open_sqlite,
+    worker_threads=2,
+    prepare=_sqlite_directory,
+    exists=_sqlite_file_exists,
+    one_writer=True,
 )
 POSTGRES = Backend(
     open=_open_postgres,

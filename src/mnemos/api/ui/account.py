@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from anyio import CapacityLimiter, to_thread
+from functools import partial
+
+from anyio import CapacityLimiter
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -27,6 +29,7 @@ from mnemos.api.ui.web import (
     signed_in,
     with_notice,
 )
+from mnemos.api.writer_gate import WriterGate, run_long_write, writer_gate
 from mnemos.domain import accounts
 from mnemos.domain.ids import try_uuid
 from mnemos.domain.models import UserContext
@@ -251,6 +254,7 @@ async def erase(
     form: Posted = Depends(posted),
     svc: Services = Depends(services),
     threads: CapacityLimiter = Depends(rights_threads),
+    gate: WriterGate = Depends(writer_gate),
 ) -> Response:
-    await to_thread.run_sync(rights.erase_about, svc, form.who.ctx, limiter=threads)
+    await run_long_write(gate, threads, partial(rights.erase_about, svc, form.who.ctx))
     return redirect(with_notice("/ui/me", "erased"))
