@@ -448,12 +448,6 @@ def test_a_count_cut_short_by_one_search_does_not_refuse_another_tenants_search(
 # --- 7. a person of another organization grows a memory's unpaged history ------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a memory's history is answered whole (no page, no limit) and every archive/restore "
-    "is a real change: a person of another organization grows an organization's history "
-    "answers without bound",
-)
 def test_another_tenants_person_cannot_grow_a_history_answer_without_bound(
     client: TestClient, world: World
 ) -> None:

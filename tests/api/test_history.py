@@ -197,3 +197,47 @@ def test_erasure_leaves_no_history_and_no_content(
     (erasure,) = store.erasures_of(uuid.UUID(ann.id))
     assert (erasure.erased, erasure.by.id) == (1, ann.id)
     assert erasure.by.request_id == erased.headers["x-request-id"]
+
+
+def test_history_answers_in_pages_that_add_up_to_the_whole(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """`limit` changes a page, oldest first, `meta.next_cursor` to the next (review18: anyone
+    allowed to change a memory can grow its history, so it is paged as lists are); a cursor
+    of another memory's history, a tampered one or a `limit` outside 1-100 is 422."""
+    ann = world.user("Ann", "acme")
+    bot = world.agent(ann)
+    memory = stored(client, bot, scope="subject", subject_id=ann.id)
+    other = stored(client, bot)
+    for _ in range(2):
+        for action in ("archive", "restore"):
+            answer = client.post(f"{HUMAN}/{memory['id']}/{action}", headers=ann.headers)
+            assert answer.status_code == 200, answer.text
+    url = f"{HUMAN}/{memory['id']}/history"
+    whole = client.get(url, headers=ann.headers).json()
+    assert len(whole["data"]) == 5
+    assert whole["meta"] == {"limit": 100, "has_more": False, "next_cursor": None}
+    pages, cursor = [], None
+    while True:
+        params: dict[str, Any] = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+        answer = client.get(url, params=params, headers=ann.headers)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        pages.append(body["data"])
+        cursor = body["meta"]["next_cursor"]
+        assert body["meta"]["has_more"] is (cursor is not None)
+        if cursor is None:
+            break
+    assert [len(page) for page in pages] == [2, 2, 1]
+    assert [row for page in pages for row in page] == whole["data"]
+    first = client.get(url, params={"limit": 2}, headers=ann.headers).json()["meta"]["next_cursor"]
+    elsewhere = f"{AGENT}/{other['id']}/history"
+    refused = [
+        client.get(elsewhere, params={"cursor": first}, headers=bot.headers),
+        client.get(url, params={"cursor": first[:-2] + "xx"}, headers=ann.headers),
+        client.get(url, params={"limit": 0}, headers=ann.headers),
+        client.get(url, params={"limit": 101}, headers=ann.headers),
+    ]
+    for answer in refused:
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["code"] == "invalid_pagination", answer.text

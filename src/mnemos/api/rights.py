@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 from anyio import CancelScope, CapacityLimiter, to_thread
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, StrictBool
 from starlette.responses import StreamingResponse
 
@@ -25,7 +25,8 @@ from mnemos.api.writer_gate import WriterGate, run_long_write, writer_gate
 from mnemos.domain.history import by_user
 from mnemos.domain.ids import iso
 from mnemos.domain.models import AgentContext, Change, EncodedBatch, Erasure, Owners, UserContext
-from mnemos.domain.rights import Exported
+from mnemos.domain.pagination import MAX_LIMIT
+from mnemos.domain.rights import Exported, HistoryPage
 from mnemos.errors import invalid_field
 
 human_router = APIRouter(prefix="/api/v1/me", tags=["Human API"], route_class=MnemosRoute)
@@ -50,8 +51,23 @@ class ChangeOut(BaseModel):
     at: str
 
 
+class HistoryMeta(BaseModel):
+    limit: int
+    has_more: bool
+    next_cursor: str | None
+
+
+HISTORY_LIMIT = Query(
+    MAX_LIMIT, description=f"Changes per page, 1-{MAX_LIMIT}, default {MAX_LIMIT}"
+)
+HISTORY_CURSOR = Query(
+    None, max_length=512, description="`meta.next_cursor` of the previous page of this history"
+)
+
+
 class HistoryEnvelope(BaseModel):
     data: list[ChangeOut]
+    meta: HistoryMeta
 
 
 class ExportedMemoryOut(UserMemoryOut):
@@ -236,11 +252,15 @@ async def erase_about_me(
     summary="A memory's history (Mnemos extension)",
 )
 def my_memory_history(
-    id: str, ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+    id: str,
+    ctx: UserContext = Depends(user_caller),
+    limit: int = HISTORY_LIMIT,
+    cursor: str | None = HISTORY_CURSOR,
+    svc: Services = Depends(services),
 ) -> JSONResponse:
-    """Every change of a memory visible to you, oldest first: what, who, when, which request
-    (never content). 404 and 403 exactly as `GET /memories/{id}`."""
-    return data([change_json(c) for c in svc.rights.history_as_user(ctx, id)])
+    """The changes of a memory visible to you, oldest first, `limit` a page: what, who, when,
+    which request (never content). 404 and 403 exactly as `GET /memories/{id}`."""
+    return history_answer(svc.rights.history_as_user(ctx, id, limit, cursor), limit)
 
 
 # --- agents ------------------------------------------------------------------------------------
@@ -253,8 +273,18 @@ def my_memory_history(
     summary="A memory's history (Mnemos extension)",
 )
 def agent_memory_history(
-    id: str, ctx: AgentContext = Depends(agent_caller), svc: Services = Depends(services)
+    id: str,
+    ctx: AgentContext = Depends(agent_caller),
+    limit: int = HISTORY_LIMIT,
+    cursor: str | None = HISTORY_CURSOR,
+    svc: Services = Depends(services),
 ) -> JSONResponse:
-    """Every change of a memory you can read, oldest first (never content); 404 as
-    `GET /memories/{id}`."""
-    return data([change_json(c) for c in svc.rights.history_as_agent(ctx, id)])
+    """The changes of a memory you can read, oldest first, `limit` a page (never content); 404
+    as `GET /memories/{id}`."""
+    return history_answer(svc.rights.history_as_agent(ctx, id, limit, cursor), limit)
+
+
+def history_answer(page: HistoryPage, limit: int) -> JSONResponse:
+    more = page.next_cursor is not None
+    meta = {"limit": limit, "has_more": more, "next_cursor": page.next_cursor}
+    return JSONResponse({"data": [change_json(c) for c in page.changes], "meta": meta})

@@ -253,6 +253,13 @@ class RightsStore(Protocol):
         """The history of each memory (of `tenants`), oldest first (none: [])."""
 
     @abc.abstractmethod
+    def history_page(
+        self, tenants: Tenants, memory_id: uuid.UUID, offset: int, limit: int
+    ) -> list[Change]:
+        """Up to `limit` changes of a memory (of `tenants`), oldest first, after the first
+        `offset` (history is append-only: an offset is a stable place)."""
+
+    @abc.abstractmethod
     def set_retention(self, policy: RetentionPolicy) -> bool:
         """Keep (or replace) an organization's retention for a system; `days` 0 removes it.
         False when no such organization exists."""

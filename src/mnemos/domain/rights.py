@@ -26,16 +26,25 @@ from mnemos.domain.models import (
     Owners,
     UserContext,
 )
+from mnemos.domain.pagination import MAX_LIMIT
 from mnemos.domain.ports import AccountStore, MemoryStore, RightsStore, RoomStore
 from mnemos.domain.queries import ALL_STATUSES, MemoryQuery
 from mnemos.domain.tenants import Tenants
 from mnemos.domain.visibility import about
-from mnemos.errors import NotFound
+from mnemos.errors import InvalidPagination, NotFound
 
 EXPORT_BATCH = 1_000
 """Memories read per query while exporting: the export holds one batch at a time."""
 ENCODED_BATCH = 5_000
 """The same for an export the database encodes (a few MB of JSON per batch)."""
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """A page of a memory's history, oldest first, and the cursor of the next (None: last)."""
+
+    changes: list[Change]
+    next_cursor: str | None
 
 
 @dataclass(frozen=True)
@@ -112,15 +121,36 @@ class RightsService:
     def erasures(self, ctx: UserContext) -> list[Erasure]:
         return self.store.erasures_of(ctx.user.id)
 
-    # --- history: visible exactly when the memory is ----------------------------------------
+    # --- history: visible exactly when the memory is, in pages --------------------------------
 
-    def history_as_agent(self, ctx: AgentContext, memory_id: str) -> list[Change]:
-        """A memory's changes, oldest first; 404 exactly when `get_as_agent` is."""
+    def history_as_agent(
+        self, ctx: AgentContext, memory_id: str, limit: int, cursor: str | None
+    ) -> HistoryPage:
+        """A page of a memory's changes, oldest first; 404 exactly when `get_as_agent` is."""
         memory = self.human.memories.get_as_agent(ctx, memory_id)
-        return self.store.history_of(Tenants((memory.tenant_id,)), [memory.id])[memory.id]
+        return self._history_page(memory, limit, cursor)
 
-    def history_as_user(self, ctx: UserContext, memory_id: str) -> list[Change]:
-        """A memory's changes, oldest first; 404 and 403 exactly when `HumanMemoryService.get`
-        answers them."""
+    def history_as_user(
+        self, ctx: UserContext, memory_id: str, limit: int, cursor: str | None
+    ) -> HistoryPage:
+        """A page of a memory's changes, oldest first; 404 and 403 exactly when
+        `HumanMemoryService.get` answers them."""
         memory = self.human.get(ctx, memory_id)
-        return self.store.history_of(Tenants((memory.tenant_id,)), [memory.id])[memory.id]
+        return self._history_page(memory, limit, cursor)
+
+    def _history_page(self, memory: Memory, limit: int, cursor: str | None) -> HistoryPage:
+        """`limit` changes after `cursor` (the previous page's `next_cursor`): pages, as lists
+        have, because anyone allowed to change a memory (a person of another organization
+        archiving and restoring it: review18) can grow its history without bound."""
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InvalidPagination(
+                f"limit must be between 1 and {MAX_LIMIT}",
+                details={"limit": f"must be 1..{MAX_LIMIT}"},
+            )
+        codec = self.human.memories.codec
+        offset = 0 if cursor is None else codec.decode_history(cursor, memory.id)
+        tenants = Tenants((memory.tenant_id,))
+        changes = self.store.history_page(tenants, memory.id, offset, limit + 1)
+        more = len(changes) > limit
+        after = codec.encode_history(memory.id, offset + limit) if more else None
+        return HistoryPage(changes[:limit], after)

@@ -4,7 +4,7 @@ and retention."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -158,19 +158,18 @@ class RightsSql(SqlBase):
         found: dict[uuid.UUID, list[Change]] = {memory_id: [] for memory_id in memory_ids}
         if not memory_ids:
             return found
-        query = (
-            sa.select(H.memory_id, H.event, H.actor_type, H.actor_id, H.request_id, H.at)
-            .add_columns(H.superseded_by)
-            .where(in_tenants(memory_history, tenants), H.memory_id.in_(list(memory_ids)))
-            .order_by(H.memory_id, H.pk)
-        )
-        # An export reads a history row per change of every memory: enum members by dict lookup
-        # (several times faster than calling the enum class).
+        query = _history(tenants, memory_ids).order_by(H.memory_id, H.pk)
         with self._read() as conn:
-            for memory_id, event, kind, actor, request, at, successor in conn.execute(query):
-                by = ChangedBy(_ACTOR_TYPES[kind], actor, request)
-                found[memory_id].append(Change(memory_id, _EVENTS[event], by, at, successor))
+            for change in _changes(conn.execute(query)):
+                found[change.memory_id].append(change)
         return found
+
+    def history_page(
+        self, tenants: Tenants, memory_id: uuid.UUID, offset: int, limit: int
+    ) -> list[Change]:
+        query = _history(tenants, [memory_id]).order_by(H.pk).offset(offset).limit(limit)
+        with self._read() as conn:
+            return list(_changes(conn.execute(query)))
 
     # --- retention -------------------------------------------------------------------------
 
@@ -317,3 +316,19 @@ def _retained(org: uuid.UUID, system: System) -> sa.ColumnElement[bool]:
             sa.and_(M.organization_id.is_(None), M.source_agent_id.in_(its_agents)),
         ),
     )
+
+
+def _history(tenants: Tenants, memory_ids: Sequence[uuid.UUID]) -> sa.Select[Any]:
+    return (
+        sa.select(H.memory_id, H.event, H.actor_type, H.actor_id, H.request_id, H.at)
+        .add_columns(H.superseded_by)
+        .where(in_tenants(memory_history, tenants), H.memory_id.in_(list(memory_ids)))
+    )
+
+
+def _changes(rows: Iterable[Any]) -> Iterator[Change]:
+    # An export reads a history row per change of every memory: enum members by dict lookup
+    # (several times faster than calling the enum class).
+    for memory_id, event, kind, actor, request, at, successor in rows:
+        by = ChangedBy(_ACTOR_TYPES[kind], actor, request)
+        yield Change(memory_id, _EVENTS[event], by, at, successor)
