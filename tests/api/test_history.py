@@ -200,7 +200,7 @@ def test_erasure_leaves_no_history_and_no_content(
 
 
 def test_history_answers_in_pages_that_add_up_to_the_whole(
-    client: TestClient, world: World, store: Store
+    client: TestClient, world: World
 ) -> None:
     """`limit` changes a page, oldest first, `meta.next_cursor` to the next (review18: anyone
     allowed to change a memory can grow its history, so it is paged as lists are); a cursor
