@@ -5,7 +5,7 @@ tenant and layout owners), alternated on one database.
     python -m bench.erase_steps --url postgresql://root@127.0.0.1/db --memories 100000 --rounds 2
 
 Each round fills N subject memories about a fresh person (ten agents of one organization, no
-vectors) and erases them through `RightsService.erase`. Prints, per side and round, the
+vectors) and erases them through `Store.erase_subject`. Prints, per side and round, the
 erasure's seconds, the DELETE's (`_delete_counted`) and the read of memories stored meanwhile
 (`_erase_stored_meanwhile`).
 """
