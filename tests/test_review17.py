@@ -74,6 +74,43 @@ def meanwhile(run: Callable[[], Any]) -> Any:
     return answers[0]
 
 
+def meanwhile_or_waiting(run: Callable[[], Any], url: str) -> Callable[[], Any]:
+    """Run `run` on a thread of its own until it ends or waits for a lock (the caller holds
+    one it takes: the fix makes it wait instead of racing); return a function that waits for
+    its end once the caller went on, and gives its answer (or raises its exception)."""
+    answers: list[Any] = []
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            answers.append(run())
+        except BaseException as exc:  # noqa: BLE001 - raised by `finish`
+            failed.append(exc)
+
+    waiting = sa.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+    )
+    thread = threading.Thread(target=target)
+    thread.start()
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")  # each poll sees activity anew
+    try:
+        with engine.connect() as watcher:
+            while thread.is_alive() and not watcher.execute(waiting).scalar_one():
+                time.sleep(0.01)
+    finally:
+        engine.dispose()
+
+    def finish() -> Any:
+        thread.join(30)
+        assert not thread.is_alive(), "the concurrent request never ended"
+        if failed:
+            raise failed[0]
+        return answers[0]
+
+    return finish
+
+
 def once(original: Callable[..., Any], before: Callable[..., Any]) -> Callable[..., Any]:
     """`original`, with `before(*args, **kwargs)` run first on its first call only."""
     done: list[bool] = []
@@ -234,11 +271,6 @@ def waits_for_a_lock(holder: sa.Connection) -> None:
 # --- 3. an erasure while a merge runs -----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17 finding 3: a merge reads the target's erasures once, before its first row: "
-    "memories about a person erased while it runs are merged (PostgreSQL)",
-)
 def test_a_person_erased_while_a_merge_runs_keeps_nothing_from_before(
     client: TestClient,
     world: World,
@@ -273,14 +305,18 @@ def test_a_person_erased_while_a_merge_runs_keeps_nothing_from_before(
         assert answer.status_code == 200, answer.text
 
     original = transfer_import.held_before
+    erasing: list[Callable[[], Any]] = []
 
     def held_then_erased(conn: sa.Connection) -> Any:
         held = original(conn)  # the merge's first read: its snapshot, and the erasures
-        meanwhile(erase)
+        # The erasure runs now; it may wait for the merge (it must not race it).
+        erasing.append(meanwhile_or_waiting(erase, database_url))
         return held
 
     monkeypatch.setattr(transfer_import, "held_before", held_then_erased)
     import_database(database_url, [*io.BytesIO(copy)], merge=True)
+    assert erasing, "the hook did not run"
+    erasing[0]()  # the erasure ends (after the merge, if it waited for it)
 
     count = client.get(f"{ME}/count", headers=ann.headers)
     assert count.json()["data"]["count"] == 0, "a memory from before the erasure is back"
@@ -289,12 +325,6 @@ def test_a_person_erased_while_a_merge_runs_keeps_nothing_from_before(
 # --- 4. a memory stored while its person is erased -----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17 finding 4: an erasure deletes the person's history in a later statement "
-    "than their memories: a memory stored between the two survives without its history "
-    "(PostgreSQL)",
-)
 def test_a_memory_stored_during_an_erasure_keeps_its_history_or_goes(
     client: TestClient, world: World, store: Store, settings: Settings
 ) -> None:
@@ -511,11 +541,6 @@ def test_tuya_clear_all_deletes_everything_while_a_key_is_deleted(
 # --- 9. the embedding worker seals a chunk while an erasure runs --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17 finding 9: an erasure purges the sealed chunks of the owners it read before "
-    "its DELETE: a chunk sealed meanwhile keeps an erased memory's vector (PostgreSQL)",
-)
 def test_no_sealed_vector_of_an_erased_memory_remains_after_a_concurrent_save(
     client: TestClient,
     world: World,
@@ -544,19 +569,22 @@ def test_no_sealed_vector_of_an_erased_memory_remains_after_a_concurrent_save(
     def worker_saves(*_: Any) -> None:
         assert meanwhile(lambda: store.save_vectors("test-model", ids, vectors)) == 2  # type: ignore[attr-defined]
 
-    original = store._vector_owners  # type: ignore[attr-defined]
+    # The worker's save commits just before the erasure's DELETE (after whatever the erasure
+    # read before it: the review hooked its read of the owners, `_vector_owners`, which the
+    # fix no longer runs on PostgreSQL).
+    original = store._delete_counted  # type: ignore[attr-defined]
     done: list[bool] = []
 
-    def owners_then_save(*args: Any) -> Any:
-        found = original(*args)  # the erasure's read of the owners, then the worker's save
+    def save_then_delete(*args: Any) -> Any:
         if not done:
             done.append(True)
             worker_saves()
-        return found
+        return original(*args)
 
-    store._vector_owners = owners_then_save  # type: ignore[attr-defined]
+    store._delete_counted = save_then_delete  # type: ignore[attr-defined]
     answer = client.post(ERASE, json={"confirm": True}, headers=ann.headers)
     assert answer.status_code == 200 and answer.json()["data"]["erased"] == 2, answer.text
+    assert done, "the hook did not run"
 
     engine = sa.create_engine(store_url(store))
     try:
@@ -568,11 +596,6 @@ def test_no_sealed_vector_of_an_erased_memory_remains_after_a_concurrent_save(
     assert sealed == [], f"chunks of erased memories remain: {sealed}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17 finding 9: the idle sweep writes back a chunk it read before an erasure's "
-    "purge of it committed: the erased memory's vector is back in the chunk (PostgreSQL)",
-)
 def test_the_sweep_does_not_write_back_a_vector_an_erasure_purged(
     client: TestClient,
     world: World,
@@ -610,21 +633,23 @@ def test_the_sweep_does_not_write_back_a_vector_an_erasure_purged(
 
     sweeping = threading.current_thread()
     original = store._drop_dead  # type: ignore[attr-defined]
-    done: list[bool] = []
+    done: list[Callable[[], Any]] = []
 
     class ErasedBeforeTheWrite:
-        """The sweep's connection: Ann's erasure runs (and commits) just before its UPDATE."""
+        """The sweep's connection: Ann's erasure runs just before its UPDATE (and commits, or
+        waits for the sweep's lock on the chunk: then it purges what the sweep wrote)."""
 
         def __init__(self, conn: sa.Connection):
             self.conn = conn
 
         def execute(self, statement: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(statement, sa.Update) and not done:
-                done.append(True)
-                erased = meanwhile(
-                    lambda: client.post(ERASE, json={"confirm": True}, headers=ann.headers)
+                done.append(
+                    meanwhile_or_waiting(
+                        lambda: client.post(ERASE, json={"confirm": True}, headers=ann.headers),
+                        store_url(store),
+                    )
                 )
-                assert erased.status_code == 200, erased.text
             return self.conn.execute(statement, *args, **kwargs)
 
         def __getattr__(self, name: str) -> Any:
@@ -638,6 +663,8 @@ def test_the_sweep_does_not_write_back_a_vector_an_erasure_purged(
     store._drop_dead = drop_dead  # type: ignore[attr-defined]
     store.compact_vectors(None, 100)  # type: ignore[attr-defined]
     assert done, "the sweep rewrote no chunk"
+    erased = done[0]()
+    assert erased.status_code == 200, erased.text
 
     engine = sa.create_engine(store_url(store))
     try:

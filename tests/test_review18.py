@@ -229,12 +229,6 @@ def test_another_tenants_writes_do_not_get_this_tenants_search_refused(
 # --- 3. a person with enough memories about them can never be erased (PostgreSQL) ------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL's 15 s statement_timeout applies to the erasure's one DELETE: past "
-    "about 2,000,000 memories about a person (which another organization's agents can write) "
-    "every erasure is cancelled and rolled back (503)",
-)
 def test_an_erasure_larger_than_the_statement_timeout_still_erases(
     settings: Settings, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

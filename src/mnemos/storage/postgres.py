@@ -40,12 +40,14 @@ from mnemos.storage.search_plan import TermStats
 from mnemos.storage.sql import RECHECK_PREFIX, SqlStore
 from mnemos.storage.sql_base import (
     DEFAULT_SEARCH_BUDGET_MS,
+    ERASURES_LOCK,
     EXPIRED_CLEANED,
     Keys,
+    Layouts,
     driver_connection,
 )
 from mnemos.storage.sql_conditions import narrowest_owner
-from mnemos.storage.sql_vectors import BLOB_READS
+from mnemos.storage.sql_vectors import BLOB_READS, OWNER_COLUMNS, owner_keys
 
 
 def tsquery(search: SearchQuery) -> str:
@@ -546,18 +548,26 @@ class PostgresStore(SqlStore):
         finally:
             self._read_ahead.release()
 
-    def _delete_counted(self, conn: Connection, statement: Delete) -> tuple[int, Keys]:
-        # The deleted keys gathered by the database, one array per tenant: no row per memory
-        # comes back (100,000 rows took longer to read than to delete).
-        gone = statement.returning(memories.c.tenant_id, memories.c.pk).cte("gone")
+    def _delete_counted(self, conn: Connection, statement: Delete) -> tuple[int, Keys, Layouts]:
+        # The deleted keys gathered by the database, one array per tenant and owners: no row
+        # per memory comes back (100,000 rows took longer to read than to delete).
+        M = memories.c
+        layout = [M.tenant_id, M.scope, *(M[column] for column, _ in OWNER_COLUMNS)]
+        gone = statement.returning(M.pk, *layout).cte("gone")
+        grouped = [gone.c[column.name] for column in layout]
         keys = sa.func.array_agg(gone.c.pk, type_=ARRAY(sa.BigInteger()))
-        found = {
-            tenant: list(pks)
-            for tenant, pks in conn.execute(
-                sa.select(gone.c.tenant_id, keys).group_by(gone.c.tenant_id)
-            )
-        }
-        return sum(len(pks) for pks in found.values()), found
+        found: Keys = {}
+        owners: Layouts = set()
+        for tenant, scope, *columns, pks in conn.execute(
+            sa.select(*grouped, keys).group_by(*grouped)
+        ):
+            found.setdefault(tenant, []).extend(pks)
+            owners.update((tenant, owner) for owner in owner_keys(scope, columns))
+        return sum(len(pks) for pks in found.values()), found, owners
+
+    def _begin_erasure(self, conn: Connection) -> None:
+        conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock_shared({ERASURES_LOCK})")
 
     def _forget_vectors(self, conn: Connection, keys: Keys) -> None:
         # Both tables in one statement per tenant, the keys one array parameter (`= ANY`): one

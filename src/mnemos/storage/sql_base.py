@@ -97,6 +97,15 @@ class _Pin:
 
 Keys = dict[uuid.UUID, list[int]]
 """Memory pks by tenant."""
+Layouts = set[tuple[uuid.UUID, str]]
+"""Parts of the vector search's layout: (tenant, owner key) (`sql_vectors.Layout`)."""
+
+ERASURES_LOCK = "1835363693, 1"
+"""The PostgreSQL advisory lock (its two-int form, which never meets the one-bigint keys of
+`PostgresStore._lock_owner`) every erasure takes first, shared (erasures do not wait for each
+other), and `import --merge` holds alone from before its first read: an erasure waits for a
+merge, then erases what it added (review17's finding 3). On SQLite the merge's
+`BEGIN IMMEDIATE` holds the one writer already."""
 
 
 def by_tenant(keys: Iterable[tuple[int, uuid.UUID]]) -> Keys:
@@ -387,8 +396,9 @@ class SqlBase(abc.ABC):
         its trigger, PostgreSQL's tsvector with the row, the vector queue and vectors by set
         just after (`_forget_vectors`); a new index adds its cleanup here."""
         statement = memories.delete().where(where)
+        owners: Layouts = set()
         if by is None:  # an erasure: no history is kept
-            count, keys = self._delete_counted(conn, statement)
+            count, keys, owners = self._delete_counted(conn, statement)
         else:
             gone = conn.execute(statement.returning(M.pk, M.tenant_id, M.id, M.subject_id)).all()
             now = utcnow()
@@ -397,13 +407,23 @@ class SqlBase(abc.ABC):
             count, keys = len(gone), by_tenant((row[0], row[1]) for row in gone)
         self._forget_vectors(conn, keys)
         self._keys_freed(conn, keys)
+        self._purge_vectors(conn, owners)  # an erasure leaves no sealed copy of a vector
         return count
 
     @abc.abstractmethod
-    def _delete_counted(self, conn: Connection, statement: Delete) -> tuple[int, Keys]:
-        """Run `statement`, a DELETE of memories, for an erasure: how many it deleted, and the
-        keys `_forget_vectors` needs (the deleted memories' pks by tenant; none when the vector
-        rows go with their memories)."""
+    def _delete_counted(self, conn: Connection, statement: Delete) -> tuple[int, Keys, Layouts]:
+        """Run `statement`, a DELETE of memories, for an erasure: how many it deleted, the keys
+        `_forget_vectors` needs (the deleted memories' pks by tenant; none when the vector rows
+        go with their memories), and the layout owners that may hold a sealed copy of a deleted
+        memory's vector (`_purge_vectors` rewrites their chunks). The owners are those of what
+        the DELETE deleted, not read before it: on PostgreSQL the embedding worker may seal a
+        chunk of a memory between such a read and the DELETE (review17's finding 9)."""
+
+    def _begin_erasure(self, conn: Connection) -> None:  # noqa: ARG002
+        """First thing in an erasure's transaction (a dialect hook): PostgreSQL waits for a
+        merge (`ERASURES_LOCK`) and lifts the statement timeout (the rights threads bound an
+        erasure, and a person with more memories than the timeout allows must be erasable)."""
+        return None
 
     @abc.abstractmethod
     def _forget_vectors(self, conn: Connection, keys: Keys) -> None:
@@ -424,12 +444,12 @@ class SqlBase(abc.ABC):
         self,
         conn: Connection,  # noqa: ARG002
         where: sa.ColumnElement[bool],  # noqa: ARG002
-    ) -> set[tuple[uuid.UUID, str]]:
+    ) -> Layouts:
         """The vector index's owners holding a vector of a memory matching `where` (read before
-        an erasure deletes them); the vector store overrides this hook."""
+        SQLite's erasure deletes them: one writer); the vector store overrides this hook."""
         return set()
 
-    def _purge_vectors(self, conn: Connection, owners: set[tuple[uuid.UUID, str]]) -> None:  # noqa: ARG002
+    def _purge_vectors(self, conn: Connection, owners: Layouts) -> None:  # noqa: ARG002
         """Rewrite `owners`' sealed vector chunks without the vectors of deleted memories, in
         the caller's transaction (an erasure leaves no copy behind); the vector store's hook."""
         return None

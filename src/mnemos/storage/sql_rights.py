@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import (
@@ -110,6 +111,7 @@ class RightsSql(SqlBase):
         of_subject = sa.and_(in_tenants(memories, reach), M.subject_id == subject)
         keys = idempotency_keys.c
         with self._write() as conn:
+            self._begin_erasure(conn)
             # An idempotency key's fingerprint is a digest of the request, content included.
             about = sa.select(M.tenant_id, M.id).where(of_subject)
             conn.execute(
@@ -118,14 +120,13 @@ class RightsSql(SqlBase):
                     sa.tuple_(keys.tenant_id, keys.memory_id).in_(about),
                 )
             )
-            owners = self._vector_owners(conn, of_subject)
             erased = self._delete_memories(conn, of_subject)
-            self._purge_vectors(conn, owners)  # no sealed copy of an erased vector remains
             conn.execute(
                 memory_history.delete().where(
                     in_tenants(memory_history, reach), H.subject_id == subject
                 )
             )
+            erased += self._erase_stored_meanwhile(conn, reach, of_subject)
             conn.execute(
                 erasures.insert().values(
                     tenant_id=subject,  # the person's own (`domain/tenants.py`)
@@ -138,6 +139,31 @@ class RightsSql(SqlBase):
                     at=erasure.at,
                 )
             )
+        return erased
+
+    def _erase_stored_meanwhile(
+        self, conn: Connection, reach: Tenants, of_subject: sa.ColumnElement[bool]
+    ) -> int:
+        """Erase, whole, the memories about the person stored while the erasure ran: at READ
+        COMMITTED (PostgreSQL) one committed after the memories' DELETE began is still there,
+        and the history's DELETE took its rows committed before *it* began (review17's finding
+        4). Their history goes by memory id, so one stored after this read keeps all of it.
+        Normally none: one index read."""
+        late = conn.execute(sa.select(M.tenant_id, M.id).where(of_subject)).all()
+        if not late:
+            return 0
+        ids = [memory_id for _, memory_id in late]
+        keys = idempotency_keys.c
+        conn.execute(
+            idempotency_keys.delete().where(
+                in_tenants(idempotency_keys, reach),
+                sa.tuple_(keys.tenant_id, keys.memory_id).in_([tuple(row) for row in late]),
+            )
+        )
+        erased = self._delete_memories(conn, sa.and_(of_subject, M.id.in_(ids)))
+        conn.execute(
+            memory_history.delete().where(in_tenants(memory_history, reach), H.memory_id.in_(ids))
+        )
         return erased
 
     def erasures_of(self, subject_id: uuid.UUID) -> list[Erasure]:

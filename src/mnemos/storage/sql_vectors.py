@@ -428,9 +428,14 @@ class VectorsSql(SqlBase):
 
     def _drop_dead(self, conn: Connection, tenant: uuid.UUID, owner: str, seq: int) -> None:
         """Rewrite one chunk without the vectors whose memory is gone (read again inside the
-        write, so a concurrent compaction or delete is seen)."""
+        write, so a concurrent compaction or delete is seen). The chunk is read `FOR UPDATE`
+        (PostgreSQL): another rewrite of it (an erasure's purge, the sweep) waits for this one
+        and then reads what it wrote, never writing back a vector this one dropped (review17's
+        finding 9)."""
         this = (C.tenant_id == tenant, C.owner == owner, C.seq == seq)
-        chunk = conn.execute(sa.select(C.pks, C.scales, C.vectors, C.bits).where(*this)).first()
+        chunk = conn.execute(
+            sa.select(C.pks, C.scales, C.vectors, C.bits).where(*this).with_for_update()
+        ).first()
         if chunk is None:
             return
         keys = np.frombuffer(bytes(chunk[0]), dtype="<i8")

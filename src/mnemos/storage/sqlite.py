@@ -39,6 +39,7 @@ from mnemos.storage.sql_base import (
     DEFAULT_SEARCH_BUDGET_MS,
     EVERY_TENANT,
     Keys,
+    Layouts,
     driver_connection,
 )
 from mnemos.storage.sql_conditions import OWNERS, narrowest_owner
@@ -582,13 +583,16 @@ class SqliteStore(SqlStore):
     def _insert_ignore(self, table: sa.Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
 
-    def _delete_counted(self, conn: Connection, statement: Delete) -> tuple[int, Keys]:
-        # The vector tables' foreign keys cascade (`_forget_vectors`): only the count is read.
+    def _delete_counted(self, conn: Connection, statement: Delete) -> tuple[int, Keys, Layouts]:
+        # The vector tables' foreign keys cascade (`_forget_vectors`): only the count is read,
+        # and the owners just before (one writer: nobody seals a chunk in between).
         # FTS5 merges no segments meanwhile (`FTS_AUTOMERGE`); it does again from the next
         # write on, a little at each.
+        assert statement.whereclause is not None  # an erasure names whose memories
+        owners = self._vector_owners(conn, statement.whereclause)
         conn.exec_driver_sql(FTS_AUTOMERGE, (0,))
         try:
-            return int(conn.execute(statement).rowcount), {}
+            return int(conn.execute(statement).rowcount), {}, owners
         finally:
             conn.exec_driver_sql(FTS_AUTOMERGE, (FTS_DEFAULT_AUTOMERGE,))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from mnemos.domain.models import HistoryEvent
 from mnemos.domain.tenants import UNKNOWN
 from mnemos.storage.schema import MEMORY_SIDE, erasures, memories, memory_history, metadata
-from mnemos.storage.sql_base import EVERY_TENANT
+from mnemos.storage.sql_base import ERASURES_LOCK, EVERY_TENANT
 from mnemos.storage.transfer import (
     BATCH_ROWS,
     MERGE_KEYS,
@@ -160,7 +160,7 @@ def import_database(
     summary = Summary()
     engine = connect(url, write=True)
     try:
-        with engine.begin() as conn:
+        with engine.connect() as conn, _erasures_held(conn, merge), conn.begin():
             if not merge and (occupied := occupied_tables(conn)):
                 raise TransferError(
                     "The target database is not empty: import into a new one, or pass --merge",
@@ -177,6 +177,27 @@ def import_database(
     finally:
         engine.dispose()
     return summary
+
+
+@contextmanager
+def _erasures_held(conn: Connection, merge: bool) -> Iterator[None]:
+    """A merge into PostgreSQL holds `ERASURES_LOCK` from before its transaction's snapshot
+    (a session lock, taken and committed before it): an erasure the server runs meanwhile waits
+    for the merge, then erases what it added; one committed before is in the merge's snapshot
+    (`held_before`). Taken inside the transaction, the lock's wait would come after the
+    snapshot, which would miss an erasure committed during that wait (review17's finding 3).
+    SQLite's merge holds the one writer from `BEGIN IMMEDIATE`."""
+    if not merge or conn.dialect.name != "postgresql":
+        yield
+        return
+    conn.exec_driver_sql(f"SELECT pg_advisory_lock({ERASURES_LOCK})")
+    conn.commit()
+    try:
+        yield
+    finally:
+        with suppress(sa.exc.DBAPIError):  # a connection lost has released it
+            conn.exec_driver_sql(f"SELECT pg_advisory_unlock({ERASURES_LOCK})")
+            conn.commit()
 
 
 @contextmanager
