@@ -212,5 +212,5 @@ def test_counting_a_term_is_bounded(
         return stats.postings[0]
 
     assert postings(5.0) == golf  # counted: the estimate was too high
-    assert postings(0.0) == limit + 1  # no time left to count: too common
+    assert postings(0.0) > limit  # no time left to count: its pages say too common
     assert postings(5.0) == golf
