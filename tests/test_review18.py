@@ -162,11 +162,6 @@ def test_deleting_a_large_agent_does_not_stall_another_tenants_reads(
 # --- 2. another tenant's writes get this tenant's search refused ---------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the plan's term estimates count every tenant's memories: another organization's "
-    "writes of a word make this organization's search for it 422 words_too_common",
-)
 def test_another_tenants_writes_do_not_get_this_tenants_search_refused(
     client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

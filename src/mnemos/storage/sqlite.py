@@ -26,7 +26,7 @@ from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite as sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.sql.dml import Delete, Insert
 
-from mnemos.domain.queries import Audience
+from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.search import SearchQuery, scorer
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
@@ -170,6 +170,17 @@ time keeps its estimate, too common to look up, for that search only: only a cou
 completed is kept (one search's deadline says nothing about the term)."""
 
 
+def _entries(conn: Connection, expression: str, most: int) -> int:
+    """The index entries of an FTS5 expression, read newest first up to `most`."""
+    return int(
+        conn.exec_driver_sql(
+            "SELECT count(*) FROM (SELECT rowid FROM memories_fts "
+            "WHERE memories_fts MATCH ? LIMIT ?)",
+            (expression, most),
+        ).scalar_one()
+    )
+
+
 def _count_entries(conn: Connection, expression: str, seconds: float) -> int | None:
     """The index entries of `expression`, up to `DRIVER_POSTINGS` + 1; None when counting
     would take longer than `seconds` (not counted: no knowledge about the term). The count is
@@ -178,13 +189,7 @@ def _count_entries(conn: Connection, expression: str, seconds: float) -> int | N
         return None
     token = WATCHDOG.watch(driver_connection(conn), seconds)
     try:
-        return int(
-            conn.exec_driver_sql(
-                "SELECT count(*) FROM (SELECT rowid FROM memories_fts "
-                "WHERE memories_fts MATCH ? LIMIT ?)",
-                (expression, DRIVER_POSTINGS + 1),
-            ).scalar_one()
-        )
+        return _entries(conn, expression, DRIVER_POSTINGS + 1)
     except sa.exc.OperationalError:
         if WATCHDOG.release(token):
             return None
@@ -537,6 +542,19 @@ class SqliteStore(SqlStore):
                 counts[expression] = counted
             postings[index] = min(postings[index], counted)
         return TermStats(rows, tuple(postings))
+
+    def _own_matches(
+        self, conn: Connection, query: MemoryQuery, part: SearchQuery, most: int
+    ) -> int:
+        # The index's work of each audience's lookup: the MATCH with its scope token, streamed
+        # (the statement of `SqlStore` would read the whole MATCH before its LIMIT). Within the
+        # search's budget: a count past it refuses the search as too expensive.
+        total = 0
+        for audience in query.audiences:
+            total += _entries(conn, fts5_query(part, audience), most + 1 - total)
+            if total > most:
+                break
+        return total
 
     def _recheck_values(self, search: SearchQuery) -> dict[str, Any]:
         return recheck_values(search)
