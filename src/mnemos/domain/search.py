@@ -5,7 +5,7 @@ each bare word of at least `MIN_PREFIX_CHARS` characters matches as a prefix (`p
 "preferences"), a shorter one only as a whole word (`e` finds "e-mail", not "every"); text in
 double quotes is a phrase whose words must stand next to each other in that order. Everything that
 is not a letter or a digit separates words, so no operator syntax of the underlying engine can
-reach it.
+reach it. A word over `MAX_WORD_BYTES` is indexed and searched by its first `MAX_WORD_BYTES`.
 
 Cost: a prefix is matched by merging the index entries of every word that starts with it, so a
 one- or two-letter prefix touches almost every memory (issue 11, finding 4: `b a` took 2.4 s at
