@@ -440,11 +440,6 @@ def test_a_memory_superseded_while_its_person_restores_it_stays_superseded(
 # --- 7. two keyword searches when the term estimates expire (SQLite) --------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17 finding 7: a SQLite search that clears the expired term estimates makes a "
-    "search in flight on another thread fail with KeyError (500)",
-)
 def test_a_search_in_flight_survives_another_clearing_the_term_estimates(
     client: TestClient, world: World, store: Store, settings: Settings
 ) -> None:

@@ -171,11 +171,6 @@ def test_deleting_a_large_agent_does_not_stall_another_tenants_reads(
 # --- 2. another tenant's writes get this tenant's search refused ---------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the plan's term estimates count every tenant's memories: another organization's "
-    "writes of a word make this organization's search for it 422 words_too_common",
-)
 def test_another_tenants_writes_do_not_get_this_tenants_search_refused(
     client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -381,12 +376,6 @@ def test_a_page_session_signed_in_with_a_rotated_key_ends_with_it(
 # --- 6. one search's budget-cut count is kept as every tenant's verdict (SQLite) -----------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SQLite keeps a term count that ran out of the search's 30 ms budget as the "
-    "term's count for 60 s: one tenant's search gets every tenant's searches of the word "
-    "refused in that process",
-)
 def test_a_count_cut_short_by_one_search_does_not_refuse_another_tenants_search(
     client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -477,11 +466,6 @@ def test_another_tenants_person_cannot_grow_a_history_answer_without_bound(
 # --- 8. a word PostgreSQL's index drops ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL's to_tsvector drops words longer than 2,047 bytes: a memory stored "
-    "with one is never found by it there, while SQLite finds it",
-)
 def test_a_long_word_is_found_on_postgresql_as_on_sqlite(
     client: TestClient, store: Store, world: World
 ) -> None:

@@ -6,6 +6,7 @@ from mnemos.domain.models import Scope
 from mnemos.domain.queries import Audience
 from mnemos.domain.search import (
     MAX_TERMS,
+    MAX_WORD_BYTES,
     MIN_PREFIX_CHARS,
     index_text,
     parse_search,
@@ -27,6 +28,13 @@ def test_words_are_lowercased_and_split_on_anything_not_alphanumeric() -> None:
         "e",
         "mail",
     ]
+
+
+def test_a_word_is_cut_to_the_longest_every_backend_indexes_on_a_character() -> None:
+    assert words_of("ab " + "x" * 3_000) == ["ab", "x" * MAX_WORD_BYTES]
+    (cut,) = words_of("中" * 700)  # 3 bytes each: 682 whole characters fit
+    assert cut == "中" * (MAX_WORD_BYTES // 3)
+    assert parse_search("中" * 700, 1_000).words == (cut,)  # the query's words alike
 
 
 def test_bare_words_and_quoted_phrases() -> None:

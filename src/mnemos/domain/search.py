@@ -5,7 +5,7 @@ each bare word of at least `MIN_PREFIX_CHARS` characters matches as a prefix (`p
 "preferences"), a shorter one only as a whole word (`e` finds "e-mail", not "every"); text in
 double quotes is a phrase whose words must stand next to each other in that order. Everything that
 is not a letter or a digit separates words, so no operator syntax of the underlying engine can
-reach it.
+reach it. A word over `MAX_WORD_BYTES` is indexed and searched by its first `MAX_WORD_BYTES`.
 
 Cost: a prefix is matched by merging the index entries of every word that starts with it, so a
 one- or two-letter prefix touches almost every memory (issue 11, finding 4: `b a` took 2.4 s at
@@ -44,6 +44,11 @@ MIN_PREFIX_CHARS = 3
 SATURATION = 1.2  # `relevance`: occurrences of a term past a few add little (BM25's k1)
 LENGTH_WEIGHT = 0.75  # how much a memory's length damps its occurrences (BM25's b)
 TYPICAL_WORDS = 20  # the length at which that damping is neutral: a constant, not a statistic
+MAX_WORD_BYTES = 2047
+"""The longest word (UTF-8 bytes) every backend indexes: PostgreSQL's `to_tsvector` skips a
+longer one. Stored and searched words are cut to it (`words_of`), so a long word's prefix
+finds it on both backends (review18, finding 8)."""
+_SHORT_WORD = MAX_WORD_BYTES // 4  # characters: a word this short cannot be over the limit
 
 
 @dataclass(frozen=True)
@@ -108,10 +113,16 @@ class Ranker(Protocol):
 
 
 def words_of(text: str) -> list[str]:
-    """The words of a text as the search index sees them: case-folded, accents removed."""
+    """The words of a text as the search index sees them: case-folded, accents removed, each
+    cut to `MAX_WORD_BYTES`."""
     decomposed = unicodedata.normalize("NFKD", text.casefold())
     bare = "".join(char for char in decomposed if not unicodedata.combining(char))
-    return _WORD.findall(bare)
+    return [word if len(word) <= _SHORT_WORD else _cut(word) for word in _WORD.findall(bare)]
+
+
+def _cut(word: str) -> str:
+    """`word`'s first `MAX_WORD_BYTES` bytes of UTF-8, whole characters only."""
+    return word.encode()[:MAX_WORD_BYTES].decode(errors="ignore")
 
 
 def index_text(content: str) -> str:

@@ -13,8 +13,11 @@ spans in the FTS5 segment index; PostgreSQL: the column's `most_common_elems` st
    or reaches the end of the audience, is the exact answer.
 2. Else **look up** in the index only the rarest terms, cheapest first, while their estimated
    entries add up to at most `DRIVER_POSTINGS`; check the other terms on the rows found.
-3. If even the rarest term has more entries than that and the walk did not fill the page, the
-   search is refused before it runs (422 `search_too_expensive`).
+3. If even the rarest term has more entries than that and the walk did not fill the page, its
+   terms are counted in the search's own audiences (`own_plan`): the estimates are of every
+   tenant's memories, and a word another tenant holds 30,000 times may be rare for this one.
+   Only if no term is rare enough there either is the search refused (422
+   `search_too_expensive`).
 
 The results are those of matching every term in the index: only the work differs.
 """
@@ -22,7 +25,8 @@ The results are those of matching every term in the index: only the work differs
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from mnemos.domain.search import SearchQuery, joined
 
@@ -74,3 +78,20 @@ def plan_search(search: SearchQuery, stats: TermStats | None, limit: int) -> Sea
     expected_rows = limit / share if share > 0 else math.inf
     walk = driver is None or expected_rows <= WALK_EXPECTED_ROWS
     return SearchPlan(walk=walk, driver=driver, recheck=len(chosen) < len(parts))
+
+
+def own_plan(
+    search: SearchQuery, stats: TermStats, limit: int, count: Callable[[SearchQuery, int], int]
+) -> SearchPlan:
+    """The plan once the terms too common to look up in the whole index are counted in the
+    search's own audiences, rarest first until one is rare enough there: `count(part, most)`
+    is how many of the audiences' memories hold `part`, read up to `most` + 1 (it costs what
+    looking the part up for them costs). Another tenant's memories then never get a search
+    refused that is cheap for the caller's own (review18, finding 2)."""
+    postings = list(stats.postings)
+    parts = search.parts()
+    for index in sorted(range(len(parts)), key=lambda index: stats.postings[index]):
+        postings[index] = min(postings[index], count(parts[index], DRIVER_POSTINGS))
+        if postings[index] <= DRIVER_POSTINGS:
+            break
+    return plan_search(search, replace(stats, postings=tuple(postings)), limit)

@@ -9,6 +9,7 @@ full-text query (`_search_clause`, `_search_rank`) and how they insert-or-ignore
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -21,14 +22,20 @@ from mnemos.domain.history import SERVER, STATUS_EVENTS
 from mnemos.domain.models import ChangedBy, HistoryEvent, Memory, Status
 from mnemos.domain.pagination import Position
 from mnemos.domain.queries import FILTER_NAMES, MemoryQuery, Order
-from mnemos.domain.search import Scored
+from mnemos.domain.search import Scored, SearchQuery
 from mnemos.domain.tenants import Tenants
 from mnemos.errors import Conflict, SearchTooExpensive
 from mnemos.storage.base import Store
 from mnemos.storage.history_rows import history_row, record
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
 from mnemos.storage.schema import UTCDateTime, idempotency_keys, memories
-from mnemos.storage.search_plan import WALK_MAX_AUDIENCES, WALK_ROWS, SearchPlan, plan_search
+from mnemos.storage.search_plan import (
+    WALK_MAX_AUDIENCES,
+    WALK_ROWS,
+    SearchPlan,
+    own_plan,
+    plan_search,
+)
 from mnemos.storage.sql_accounts import AccountsSql
 from mnemos.storage.sql_base import EVERY_TENANT, replica_read
 from mnemos.storage.sql_conditions import (
@@ -248,11 +255,16 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             with self._read() as conn:
                 return [to_memory(row) for row in conn.execute(statement, params)]
         with self._search_read() as conn, self._search_budget(conn):
-            plan = plan_search(query.search, self._term_stats(conn, query.search), limit + offset)
+            stats = self._term_stats(conn, query.search)
+            plan = plan_search(query.search, stats, limit + offset)
             if plan.walk and len(query.audiences) <= WALK_MAX_AUDIENCES:
                 walked = self._walk(conn, query, limit + offset, after)
                 if walked is not None:
                     return walked[offset:]
+            if plan.driver is None and stats is not None:
+                # Too common in every tenant's memories: perhaps not in the caller's own.
+                count = functools.partial(self._own_matches, conn, query)
+                plan = own_plan(query.search, stats, limit + offset, count)
             if plan.driver is None:
                 raise SearchTooExpensive(TOO_COMMON, details={"reason": "words_too_common"})
             statement, params = self.list_statement(
@@ -285,6 +297,33 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             found.update((memory.id, memory) for memory in rows)
         newest = sorted(found.values(), key=lambda m: (m.inserted_at, m.id), reverse=True)
         return newest[:limit]
+
+    def _own_matches(
+        self, conn: Connection, query: MemoryQuery, part: SearchQuery, most: int
+    ) -> int:
+        """How many memories of the query's audiences (not its filters) match `part`, read
+        up to `most` + 1, each audience as its newest-first search looks it up in the index."""
+        total = 0
+        for audience in query.audiences:
+            bare = {**UNFILTERED, "search": part}
+            single = dataclasses.replace(query, audiences=(audience,), **bare)
+            params = self._list_params(single, None)
+            params["most"] = most + 1 - total
+            shape = self._shape("own-matches", single, params)
+            statement = self._statements.get(shape)
+            if statement is None:
+                found = (
+                    sa.select(M.pk)
+                    .where(*self._branch_conditions(single, 0, False))
+                    .limit(sa.bindparam("most", type_=sa.Integer()))
+                    .subquery()
+                )
+                statement = sa.select(sa.func.count()).select_from(found)
+                self._remember(shape, statement)
+            total += int(conn.execute(statement, params).scalar_one())
+            if total > most:
+                break
+        return total
 
     def _walk_edge(self, single: MemoryQuery, params: dict[str, Any]) -> sa.Select[Any]:
         """`(inserted_at, id)` of the `WALK_ROWS`-th newest row of a one-audience query (none if

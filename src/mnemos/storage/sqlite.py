@@ -26,7 +26,7 @@ from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite as sqlite
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.sql.dml import Delete, Insert
 
-from mnemos.domain.queries import Audience
+from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.search import SearchQuery, scorer
 from mnemos.errors import SearchTooExpensive
 from mnemos.storage.group_commit import GroupCommit
@@ -167,28 +167,33 @@ LIMIT applies: 30-390 ms for each of the bench's adversarial 5-letter prefixes a
 memories, where a term that really has at most `DRIVER_POSTINGS` entries counts in about 15 ms.
 Without this bound, a stream of searches of ever new common prefixes would each pay every count
 (the counts are kept per expression, so only a repeated one is cheap). A term not counted in
-time keeps its estimate: too common to look up."""
+time keeps its estimate, too common to look up, for that search only: only a count that
+completed is kept (one search's deadline says nothing about the term)."""
 
 
-def _count_entries(conn: Connection, expression: str, seconds: float) -> int:
-    """The index entries of `expression`, up to `DRIVER_POSTINGS` + 1; that bound when counting
-    would take longer than `seconds`. The count is interrupted (`WATCHDOG`) and the read
-    transaction goes on."""
-    too_many = DRIVER_POSTINGS + 1
+def _entries(conn: Connection, expression: str, most: int) -> int:
+    """The index entries of an FTS5 expression, read newest first up to `most`."""
+    return int(
+        conn.exec_driver_sql(
+            "SELECT count(*) FROM (SELECT rowid FROM memories_fts "
+            "WHERE memories_fts MATCH ? LIMIT ?)",
+            (expression, most),
+        ).scalar_one()
+    )
+
+
+def _count_entries(conn: Connection, expression: str, seconds: float) -> int | None:
+    """The index entries of `expression`, up to `DRIVER_POSTINGS` + 1; None when counting
+    would take longer than `seconds` (not counted: no knowledge about the term). The count is
+    interrupted (`WATCHDOG`) and the read transaction goes on."""
     if seconds <= 0:
-        return too_many
+        return None
     token = WATCHDOG.watch(driver_connection(conn), seconds)
     try:
-        return int(
-            conn.exec_driver_sql(
-                "SELECT count(*) FROM (SELECT rowid FROM memories_fts "
-                "WHERE memories_fts MATCH ? LIMIT ?)",
-                (expression, too_many),
-            ).scalar_one()
-        )
+        return _entries(conn, expression, DRIVER_POSTINGS + 1)
     except sa.exc.OperationalError:
         if WATCHDOG.release(token):
-            return too_many
+            return None
         raise  # the search's own budget, or a real error
     finally:
         WATCHDOG.release(token)
@@ -497,18 +502,21 @@ class SqliteStore(SqlStore):
         return fts5_query(search, audience)
 
     def _term_stats(self, conn: Connection, search: SearchQuery) -> TermStats | None:
-        # Estimates need not be fresh: each range's pages are kept for `STATS_SECONDS`.
+        # Estimates need not be fresh: each range's pages are kept for `STATS_SECONDS`. The
+        # request threads share the caches without a lock: an expiry replaces them (never
+        # clears them in place), and a search fills and reads the ones it took, so another
+        # search's expiry meanwhile cannot take its ranges away (review17, finding 7).
         now = time.monotonic()
         cached = len(self._pages) + len(self._counted)
         if now - self._stats_at > STATS_SECONDS or cached > MAX_CACHED_RANGES:
-            self._pages.clear()
-            self._counted.clear()
+            self._pages, self._counted = {}, {}
             # A statistic of the whole file: SQLite is one node, never sharded.
             most = f"SELECT {EVERY_TENANT} max(pk) FROM memories"
             self._rows = int(conn.exec_driver_sql(most).scalar() or 0)
             self._stats_at = now
+        pages, counts, rows = self._pages, self._counted, self._rows
         ranges = term_ranges(search)
-        missing = list({span for spans in ranges for span in spans if span not in self._pages})
+        missing = list({span for spans in ranges for span in spans if span not in pages})
         if missing:
             values = ", ".join("(?, ?, ?)" for _ in missing)
             params = tuple(value for k, span in enumerate(missing) for value in (k, *span))
@@ -516,8 +524,8 @@ class SqliteStore(SqlStore):
                 conn.exec_driver_sql(TERM_PAGES_SQL.format(values=values), params).all()
             )
             for k, span in enumerate(missing):
-                self._pages[span] = max(int(found.get(k) or 0), 0)
-        postings = [sum(self._pages[span] for span in spans) * DOCS_PER_PAGE for spans in ranges]
+                pages[span] = max(int(found.get(k) or 0), 0)
+        postings = [sum(pages[span] for span in spans) * DOCS_PER_PAGE for spans in ranges]
         # Pages overcount a term that starts inside the page run of a common term sorted just
         # before it (`%_idx` lists only the first term starting on each page): a term that looks
         # too common to look up is counted in the index, reading at most DRIVER_POSTINGS + 1
@@ -527,12 +535,27 @@ class SqliteStore(SqlStore):
             if postings[index] <= DRIVER_POSTINGS:
                 continue
             expression = fts5_query(part)
-            counted = self._counted.get(expression)
+            counted = counts.get(expression)
             if counted is None:
                 counted = _count_entries(conn, expression, deadline - time.monotonic())
-                self._counted[expression] = counted
+                if counted is None:  # no time left: too common for this search only
+                    continue  # (a cut count kept would refuse every tenant: review18, 6)
+                counts[expression] = counted
             postings[index] = min(postings[index], counted)
-        return TermStats(self._rows, tuple(postings))
+        return TermStats(rows, tuple(postings))
+
+    def _own_matches(
+        self, conn: Connection, query: MemoryQuery, part: SearchQuery, most: int
+    ) -> int:
+        # The index's work of each audience's lookup: the MATCH with its scope token, streamed
+        # (the statement of `SqlStore` would read the whole MATCH before its LIMIT). Within the
+        # search's budget: a count past it refuses the search as too expensive.
+        total = 0
+        for audience in query.audiences:
+            total += _entries(conn, fts5_query(part, audience), most + 1 - total)
+            if total > most:
+                break
+        return total
 
     def _recheck_values(self, search: SearchQuery) -> dict[str, Any]:
         return recheck_values(search)
