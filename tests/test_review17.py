@@ -196,11 +196,6 @@ def test_a_write_error_that_rolls_back_the_batch_fails_every_writer_of_it(
 # --- 2. two key rotations at once -------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17 finding 2: two rotations of one key at once on PostgreSQL leave both new "
-    "keys working: a leaked key's holder keeps access through the person's own rotation",
-)
 def test_a_rotation_leaves_one_key_working_while_another_rotation_runs(
     client: TestClient, world: World, settings: Settings
 ) -> None:
@@ -215,14 +210,17 @@ def test_a_rotation_leaves_one_key_working_while_another_rotation_runs(
     on_postgres_only(settings)
     from mnemos.domain.accounts import hash_key, new_key
     from mnemos.storage.postgres import driver_url
-    from mnemos.storage.schema import api_keys
+    from mnemos.storage.schema import api_keys, users
 
     ann = world.user("Ann", "r17-rotate")
     theirs = new_key("user")
     engine = sa.create_engine(driver_url(settings.database_url))
     try:
         with engine.connect() as other, other.begin():
-            # The other rotation's statements (`replace_api_keys`), not yet committed.
+            # The other rotation's statements (`replace_api_keys`), not yet committed: since
+            # the fix, the first locks the person's row (the person's rotation waits there).
+            person = users.c.id == uuid.UUID(ann.id)
+            other.execute(sa.select(users.c.id).where(person).with_for_update())
             live = sa.and_(
                 api_keys.c.principal_id == uuid.UUID(ann.id), api_keys.c.revoked_at.is_(None)
             )
@@ -242,7 +240,7 @@ def test_a_rotation_leaves_one_key_working_while_another_rotation_runs(
             )
             answers: list[Any] = []
             rotating.start()
-            waits_for_a_lock(other)  # the person's rotation waits for the old key's row
+            waits_for_a_lock(other)  # the person's rotation waits for the person's row
         rotating.join(20)
     finally:
         engine.dispose()

@@ -78,6 +78,10 @@ _AGENTS_BY_IDS = (
 )
 
 
+# Whose keys each kind of key is: the row a change of the principal's keys locks first.
+PRINCIPALS: dict[KeyKind, sa.Table] = {"agent": agents, "user": users}
+
+
 class AccountsSql(SqlBase):
     """Accounts part of the SQL store."""
 
@@ -153,7 +157,14 @@ class AccountsSql(SqlBase):
             )
 
     def replace_api_keys(self, kind: KeyKind, principal_id: uuid.UUID, key_hash: str) -> None:
+        principal = PRINCIPALS[kind]
         with self._write() as conn:
+            # Rotations of one principal take turns (PostgreSQL; SQLite writes one at a time):
+            # without the lock, a rotation beside another revokes only the keys its snapshot
+            # saw live, and both new keys work (review17 finding 2).
+            conn.execute(
+                sa.select(principal.c.id).where(principal.c.id == principal_id).with_for_update()
+            )
             conn.execute(
                 api_keys.update()
                 .where(
