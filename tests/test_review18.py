@@ -344,11 +344,6 @@ def test_an_erasure_does_not_stall_another_tenants_reads(
 # --- 5. a rotated key's page session lives on ----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rotating a person's key leaves the page sessions signed in with the old key "
-    "alive (30 min), and they can register agents, whose keys outlive the session",
-)
 def test_a_page_session_signed_in_with_a_rotated_key_ends_with_it(
     client: TestClient, world: World
 ) -> None:

@@ -32,7 +32,8 @@ class Forbidden(MnemosError):
 
 
 class SessionExpired(Unauthorized):
-    """A web page session (`/ui/`) past its lifetime, or ended by a token revocation."""
+    """A web page session (`/ui/`) past its lifetime, or ended by a token revocation or a key
+    rotation."""
 
     code, default_message = "session_expired", "Your session has expired; sign in again"
 

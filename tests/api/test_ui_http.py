@@ -207,6 +207,8 @@ def test_expired_and_revoked_sessions(client: TestClient, world: World, store: S
     revoke_tokens(store, uuid.UUID(ann.id))
     answer = client.get("/ui/", follow_redirects=False)
     assert answer.headers["location"] == "/ui/signin?reason=expired"
+    # ... and the sign-in page shows its form (it once sent an ended session back home: a loop)
+    assert "Your session has expired" in client.get(answer.headers["location"]).text
     # a session signed with another secret is nobody's
     other, _ = SessionSigner(store, 1800).issue(uuid.UUID(ann.id))
     use_session(client, other[:-3] + "abc")

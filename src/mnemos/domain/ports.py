@@ -324,6 +324,11 @@ class AccountStore(Protocol):
         """In one transaction: revoke every live key of the principal, record the new one."""
 
     @abc.abstractmethod
+    def user_key_replaced_at(self, user_id: uuid.UUID) -> datetime | None:
+        """When the person's key was last replaced (their keys' latest revocation); None if
+        never. Page sessions opened at or before it are ended."""
+
+    @abc.abstractmethod
     def set_tokens_valid_after(self, user_id: uuid.UUID, moment: datetime) -> bool:
         """Refuse from now on the person's bearer tokens issued at or before `moment`;
         False when no such person exists."""

@@ -4,8 +4,9 @@ A session is a signed statement "this browser is person P (or nobody yet) until 
 carry token C". It is an HS256 JWT under a secret of its own (`ui-session`) and audience
 `mnemos-ui`, so it is never accepted as a bearer token by the APIs, nor an API token as a
 session. A session ends when it expires, when the person signs out (its id is then recorded
-until it would have expired, so a copy of the cookie is refused too), or when the person revokes
-their tokens (`tokens_valid_after` refuses every session issued before, as it refuses tokens).
+until it would have expired, so a copy of the cookie is refused too), when the person revokes
+their tokens (`tokens_valid_after` refuses every session issued before, as it refuses tokens), or
+when their key is replaced (every session issued before the rotation is refused).
 A session issued to nobody carries only the CSRF token of the sign-in form.
 """
 
@@ -136,6 +137,11 @@ class SessionSigner:
             check_not_revoked(ctx.user, session.issued_at)
         except Unauthorized:
             raise SessionExpired("Your sessions were ended; sign in again") from None
+        # A session may have been opened with the key: replacing the key (a leaked one, most
+        # likely) ends every session opened before, as the key itself stops working.
+        replaced = self.store.user_key_replaced_at(ctx.user.id)
+        if replaced is not None and session.issued_at <= replaced.timestamp():
+            raise SessionExpired("Your key was replaced; sign in again")
         return ctx
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import sqlalchemy as sa
 
@@ -64,6 +64,10 @@ _USER_BY_KEY = _users_with_org(users.join(api_keys, api_keys.c.principal_id == u
     _live_key("user")
 )
 _USER_BY_ID = _users_with_org(users).where(users.c.id == sa.bindparam("user_id"))
+# ... and the one behind every page request of a signed-in person (`domain/sessions.py`).
+_USER_KEY_REPLACED = sa.select(sa.func.max(api_keys.c.revoked_at)).where(
+    api_keys.c.principal_id == sa.bindparam("user_id"), api_keys.c.kind == "user"
+)
 # ... and so do the lookups behind a person's memory list and its display fields.
 _AGENTS_OF = (
     agents.select()
@@ -179,6 +183,11 @@ class AccountsSql(SqlBase):
                     key_hash=key_hash, kind=kind, principal_id=principal_id, inserted_at=utcnow()
                 )
             )
+
+    def user_key_replaced_at(self, user_id: uuid.UUID) -> datetime | None:
+        with self._read() as conn:
+            moment = conn.execute(_USER_KEY_REPLACED, {"user_id": user_id}).scalar()
+        return cast("datetime | None", moment)
 
     def set_tokens_valid_after(self, user_id: uuid.UUID, moment: datetime) -> bool:
         with self._write() as conn:

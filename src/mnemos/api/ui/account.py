@@ -76,9 +76,11 @@ def sign_in_page(
     request: Request, reason: str | None = Query(None), svc: Services = Depends(services)
 ) -> Response:
     try:
-        if cookie_session(request, svc).user_id is not None:
+        session = cookie_session(request, svc)
+        if session.user_id is not None:
+            svc.sessions.person(session)  # a session ended early is shown the form, not HOME
             return redirect(HOME)
-    except Unauthorized:
+    except Unauthorized:  # SessionExpired too
         pass
     return _sign_in_form(request, svc, SIGN_IN_REASONS.get(reason or ""))
 
