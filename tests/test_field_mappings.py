@@ -16,6 +16,7 @@ import orjson
 
 from mnemos.api.responses import JSONResponse
 from mnemos.api.schemas import MemoryOut, StoreMemoryRequest, memory_json
+from mnemos.domain import accounts
 from mnemos.domain.ids import iso, utcnow, uuid7
 from mnemos.domain.memories import MemoryDraft
 from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
@@ -105,7 +106,9 @@ def test_the_json_of_a_memory_has_every_response_field_in_order() -> None:
 
 
 def test_a_memory_reads_back_field_for_field(store: Store) -> None:
-    memory = _distinct_memory()
+    owner = accounts.create_user(store, "Ann", "ann@example.com", None).user
+    agent = accounts.create_agent(store, owner.id, "Bot", None).agent  # a store's agent exists
+    memory = dataclasses.replace(_distinct_memory(), source_agent_id=agent.id)
     store.insert_memory(memory)
     assert store.get_memory(memory.id, Tenants((memory.tenant_id,))) == memory
     assert store.get_memory(memory.id, Tenants((uuid.uuid4(),))) is None  # another tenant's

@@ -357,11 +357,6 @@ def test_a_memory_stored_during_an_erasure_keeps_its_history_or_goes(
 # --- 5. a store by an agent its owner is deleting -----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review17 finding 5: a store authenticated before its agent's deletion commits after "
-    "it: an agent-scoped memory of a deleted agent, which nobody can read or delete",
-)
 def test_an_agent_deleted_while_it_stores_leaves_no_memory_of_its_own(
     client: TestClient, world: World, store: Store
 ) -> None:

@@ -113,7 +113,9 @@ class MemoryStore(Protocol):
         (writes go their own way). A page and its display fields read together this way."""
 
     @abc.abstractmethod
-    def insert_memory(self, memory: Memory, *, by: ChangedBy | None = None) -> None: ...
+    def insert_memory(self, memory: Memory, *, by: ChangedBy | None = None) -> None:
+        """Insert a memory; `unauthorized`, and nothing inserted, if its source agent is gone
+        (deleted since the agent's request was authenticated)."""
 
     @abc.abstractmethod
     def insert_memory_once(
@@ -130,6 +132,7 @@ class MemoryStore(Protocol):
 
         Returns the memory id and request fingerprint stored under the key: `memory.id` when this
         call inserted it, the first call's otherwise. Concurrent calls with one key insert once.
+        `unauthorized`, and nothing kept, if the agent is gone (as `insert_memory`).
         """
 
     @abc.abstractmethod

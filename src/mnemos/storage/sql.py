@@ -24,11 +24,11 @@ from mnemos.domain.pagination import Position
 from mnemos.domain.queries import FILTER_NAMES, MemoryQuery, Order
 from mnemos.domain.search import Scored, SearchQuery
 from mnemos.domain.tenants import Tenants
-from mnemos.errors import Conflict, SearchTooExpensive
+from mnemos.errors import Conflict, SearchTooExpensive, Unauthorized
 from mnemos.storage.base import Store
 from mnemos.storage.history_rows import history_row, record
-from mnemos.storage.rows import MEMORY_COLUMNS, memory_values, to_memory
-from mnemos.storage.schema import UTCDateTime, idempotency_keys, memories
+from mnemos.storage.rows import MEMORY_COLUMNS, MEMORY_FIELDS, memory_values, to_memory
+from mnemos.storage.schema import UTCDateTime, agents, idempotency_keys, memories
 from mnemos.storage.search_plan import (
     WALK_MAX_AUDIENCES,
     WALK_ROWS,
@@ -53,9 +53,33 @@ from mnemos.storage.sql_tuya import TuyaSql
 from mnemos.storage.sql_vectors import VectorsSql
 
 M = memories.c
+
+
+def _insert_memory() -> sa.Insert:
+    """A memory, inserted only while its source agent (if any) exists, whose row the insert holds
+    (`FOR KEY SHARE`, PostgreSQL; SQLite writes one at a time) until the store commits.
+    `delete_agent` locks that row first: a store either commits before a deletion begins (and is
+    deleted or kept by it) or finds no agent and inserts nothing (review17 finding 5). One
+    statement, as the plain insert was: the check costs no round trip."""
+    stored = (*MEMORY_FIELDS, "search_text")  # the keys of `memory_values`
+    values = {name: sa.bindparam(name, type_=M[name].type) for name in stored}
+    source = values["source_agent_id"]
+    agent = sa.select(agents.c.id).where(agents.c.id == source)
+    live = sa.or_(source.is_(None), sa.exists(agent.with_for_update(read=True, key_share=True)))
+    inserted = memories.insert().from_select(stored, sa.select(*values.values()).where(live))
+    return inserted.returning(M.id)  # SQLAlchemy over psycopg gave it no rowcount (-1)
+
+
 # Built once: the row goes in as the statement's parameters, so a store builds no statement and
 # its compiled form is found in the cache by a key computed once (not one per row's values).
-INSERT_MEMORY = memories.insert()
+INSERT_MEMORY = _insert_memory()
+
+
+def _insert_by_agent(conn: Connection, row: dict[str, Any]) -> None:
+    """`row`, an agent's memory; refused as the agent's key is once the agent is deleted (its
+    request was authenticated before the deletion committed)."""
+    if conn.execute(INSERT_MEMORY, row).first() is None:
+        raise Unauthorized("Invalid API key")
 
 
 class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
@@ -64,7 +88,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
     def insert_memory(self, memory: Memory, *, by: ChangedBy | None = None) -> None:
         row = memory_values(memory)
         with self._write() as conn:
-            conn.execute(INSERT_MEMORY, row)
+            _insert_by_agent(conn, row)
             self._note_inserted(conn, [row])
             record(conn, [_created(memory, by)])
 
@@ -99,7 +123,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             ).first()
             if claimed is not None:
                 values = memory_values(memory)
-                conn.execute(INSERT_MEMORY, values)
+                _insert_by_agent(conn, values)  # a deleted agent's claim is rolled back
                 self._note_inserted(conn, [values])
                 record(conn, [_created(memory, by)])
                 return memory.id, fingerprint

@@ -231,6 +231,9 @@ class AccountsSql(SqlBase):
         now, actor = utcnow(), by or SERVER
         its = sa.and_(memories.c.tenant_id == tenant_id, memories.c.source_agent_id == agent_id)
         with self._write() as conn:
+            # First: a store by the agent in flight commits before this (and is deleted or kept
+            # below), or waits and then finds no agent (`sql.INSERT_MEMORY`).
+            conn.execute(sa.select(agents.c.id).where(agents.c.id == agent_id).with_for_update())
             conn.execute(
                 api_keys.update()
                 .where(api_keys.c.principal_id == agent_id, api_keys.c.revoked_at.is_(None))
