@@ -8,7 +8,8 @@ table (`schema.MEMORY_SIDE`):
 
 - a SELECT, UPDATE or DELETE: a condition on `tenant_id` (`tenant_id = ...`, `tenant_id IN
   (...)`, or a join on it: `... = x.tenant_id`);
-- an INSERT: a `tenant_id` among its columns.
+- an INSERT: a `tenant_id` among its columns (an INSERT ... SELECT that reads a memory-side
+  table: a condition, as a SELECT).
 
 Exempt, and only these (`ALLOWED`):
 
@@ -87,8 +88,10 @@ def lacks_tenant(statement: str) -> bool:
         return False
     if not TOUCHES.search(statement):
         return False
-    if INSERT.match(statement) and " SELECT " not in statement.upper():
-        return "tenant_id" not in statement
+    if INSERT.match(statement):
+        at = statement.upper().find(" SELECT ")
+        if at < 0 or not TOUCHES.search(statement[at:]):  # no memory-side table read
+            return "tenant_id" not in statement[: at if at >= 0 else None]
     return CONDITION.search(statement) is None
 
 

@@ -83,5 +83,9 @@ def test_the_suite_check_tells_a_filter_from_a_column() -> None:
     joined = "SELECT 1 FROM memories JOIN m2 ON m2.id = memories.id AND m2.tenant_id = x.tenant_id"
     assert not lacks_tenant(joined)
     assert not lacks_tenant("INSERT INTO memories (id, tenant_id) VALUES (?, ?)")
+    checked = "INSERT INTO memories (id, tenant_id) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM agents)"
+    assert not lacks_tenant(checked)  # the SELECT reads no memory-side table
+    assert lacks_tenant("INSERT INTO memories (id, tenant_id) SELECT id, ? FROM memories")
+    assert lacks_tenant("INSERT INTO erasures (id) SELECT ? WHERE EXISTS (SELECT 1 FROM agents)")
     assert not lacks_tenant("SELECT /* every tenant */ 1 FROM memories WHERE id = ?")
     assert not lacks_tenant("SELECT 1 FROM memories_fts WHERE memories_fts MATCH ?")

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 
+from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, Query, Response
 
 from mnemos.api.deps import Services, services, user_caller
 from mnemos.api.params import ListQuery, SearchRequest, list_query, search_request
 from mnemos.api.responses import JSONResponse, data, errors, memory_page, search_answer
+from mnemos.api.rights import rights_threads
 from mnemos.api.routing import MnemosRoute
 from mnemos.api.schemas import (
     AgentRegisterRequest,
@@ -208,11 +211,16 @@ def register_agent(
     responses=errors(401, 404),
     summary="Delete an agent",
 )
-def delete_agent(
-    id: str, ctx: UserContext = Depends(user_caller), svc: Services = Depends(services)
+async def delete_agent(
+    id: str,
+    ctx: UserContext = Depends(user_caller),
+    svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(rights_threads),
 ) -> JSONResponse:
     """Revokes the agent's key and deletes its private memories; its other memories stay."""
-    agent = accounts.delete_owned_agent(svc.store, ctx.user.id, try_uuid(id))
+    # In a thread of its own, as an erasure: a large agent's deletion holds no request thread.
+    delete = partial(accounts.delete_owned_agent, svc.store, ctx.user.id, try_uuid(id))
+    agent = await to_thread.run_sync(delete, limiter=threads)
     return data(deleted_agent_json(agent))
 
 

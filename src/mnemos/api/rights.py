@@ -154,8 +154,9 @@ def encoded_lines(
 
 
 RIGHTS_THREADS = 2
-"""Exports and erasures at once per process, each in a thread of its own: a long export or a
-large erasure never holds one of the threads that answer everyone else's requests."""
+"""Exports, erasures and agent deletions at once per process, each in a thread of its own: a
+long export or a large erasure or deletion never holds one of the threads that answer everyone
+else's requests."""
 
 
 async def rights_threads(request: Request) -> CapacityLimiter:

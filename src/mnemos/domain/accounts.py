@@ -31,6 +31,7 @@ JWT_AUDIENCE = "mnemos"
 JWT_ALGORITHM = "HS256"
 JWT_SECRET_NAME = "jwt-hs256"
 MAX_TOKEN_TTL = 366 * 24 * 3600
+AGENT_DELETE_BATCH = 1_000  # an agent's memories deleted or kept without it per transaction
 
 
 class SigningStore(AccountStore, Secrets, Protocol):
@@ -249,9 +250,21 @@ def owned_agent(store: AccountStore, owner_id: uuid.UUID, agent_id: uuid.UUID | 
 def delete_owned_agent(
     store: AccountStore, owner_id: uuid.UUID, agent_id: uuid.UUID | None
 ) -> Agent:
-    """Delete one of a person's agents (404 for anyone else's: existence is not leaked)."""
+    """Delete one of a person's agents (404 for anyone else's: existence is not leaked).
+
+    Its keys are revoked first, in a short transaction of their own; its memories are then
+    deleted (agent-scoped) or kept without it (the others), `AGENT_DELETE_BATCH` a transaction,
+    so that no transaction holds SQLite's one writer for long however large the agent; the last
+    transaction deletes the agent with what its requests in flight stored meanwhile. A crash
+    between two leaves the agent, its key revoked, with part of its memories done: what its
+    owner was deleting anyway, and deleting it again finishes."""
     agent = owned_agent(store, owner_id, agent_id)
     owner = store.get_user(owner_id)
     tenant = tenant_of(owner.organization_id if owner else None, owner_id)
-    store.delete_agent(agent.id, tenant, by=by_person(owner_id))
+    by = by_person(owner_id)
+    store.revoke_api_keys(agent.id)
+    after = store.part_with_agent_memories(agent.id, tenant, AGENT_DELETE_BATCH, None, by=by)
+    while after is not None:
+        after = store.part_with_agent_memories(agent.id, tenant, AGENT_DELETE_BATCH, after, by=by)
+    store.delete_agent(agent.id, tenant, by=by)
     return agent

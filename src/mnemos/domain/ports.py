@@ -48,6 +48,9 @@ from mnemos.domain.tenants import Tenants
 KeyKind = Literal["agent", "user"]
 """Who an API key authenticates."""
 
+AgentMemoryPosition = tuple[datetime, uuid.UUID]
+"""Where a batched walk over one agent's memories stopped: the last one's `(inserted_at, id)`."""
+
 
 class Secrets(Protocol):
     """Secrets shared by every process on one database (cursor and token signing)."""
@@ -353,13 +356,33 @@ class AccountStore(Protocol):
         """The agents a person owns, oldest first."""
 
     @abc.abstractmethod
+    def revoke_api_keys(self, principal_id: uuid.UUID) -> None:
+        """Revoke every live key of the principal (one short transaction)."""
+
+    @abc.abstractmethod
+    def part_with_agent_memories(
+        self,
+        agent_id: uuid.UUID,
+        tenant_id: uuid.UUID,
+        batch: int,
+        after: AgentMemoryPosition | None,
+        *,
+        by: ChangedBy | None = None,
+    ) -> AgentMemoryPosition | None:
+        """One transaction of an agent's deletion: of the agent's next `batch` memories (in its
+        tenant, oldest first, after `after`), delete the agent-scoped ones and keep the others
+        with `source_agent_id` null (history as `delete_agent`). Where to go on from, or None
+        once fewer than `batch` were left."""
+
+    @abc.abstractmethod
     def delete_agent(
         self, agent_id: uuid.UUID, tenant_id: uuid.UUID, *, by: ChangedBy | None = None
     ) -> None:
         """Revoke the agent's keys, delete its agent-scoped memories (in its tenant,
         `tenant_id`) and its room seats, keep its
         other memories with `source_agent_id` null, and delete the agent: one transaction (with
-        the history: `deleted`, `source_removed`)."""
+        the history: `deleted`, `source_removed`), which locks the agent's row first (a store
+        by the agent commits before it, or inserts nothing: `insert_memory`)."""
 
     @abc.abstractmethod
     def users_by_ids(self, ids: Iterable[uuid.UUID]) -> list[User]: ...

@@ -12,6 +12,7 @@ import uuid
 
 from mnemos.domain.ports import (
     AccountStore,
+    AgentMemoryPosition,
     EndedSessions,
     KeyKind,
     MemoryStore,
@@ -26,6 +27,7 @@ from mnemos.storage.replicas import ReplicaStatus
 
 __all__ = [
     "AccountStore",
+    "AgentMemoryPosition",
     "EndedSessions",
     "KeyKind",
     "MemoryStore",

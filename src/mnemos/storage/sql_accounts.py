@@ -21,7 +21,7 @@ from mnemos.domain.models import (
     UserContext,
 )
 from mnemos.errors import Conflict
-from mnemos.storage.base import KeyKind
+from mnemos.storage.base import AgentMemoryPosition, KeyKind
 from mnemos.storage.history_rows import history_row, record
 from mnemos.storage.rows import AGENT_COLS, ORG_COLS, USER_COLS, to_agent, to_org, to_user
 from mnemos.storage.schema import (
@@ -225,10 +225,38 @@ class AccountsSql(SqlBase):
         with self._read() as conn:
             return [to_agent(row) for row in conn.execute(_AGENTS_OF, {"owner_id": owner_id})]
 
+    def revoke_api_keys(self, principal_id: uuid.UUID) -> None:
+        with self._write() as conn:
+            conn.execute(
+                api_keys.update()
+                .where(api_keys.c.principal_id == principal_id, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=utcnow())
+            )
+
+    def part_with_agent_memories(
+        self,
+        agent_id: uuid.UUID,
+        tenant_id: uuid.UUID,
+        batch: int,
+        after: AgentMemoryPosition | None,
+        *,
+        by: ChangedBy | None = None,
+    ) -> AgentMemoryPosition | None:
+        its = sa.and_(memories.c.tenant_id == tenant_id, memories.c.source_agent_id == agent_id)
+        order = (memories.c.inserted_at, memories.c.id)  # `ix_memories_agent_order`
+        chosen = sa.select(memories.c.pk, *order).where(its).order_by(*order).limit(batch)
+        if after is not None:
+            chosen = chosen.where(sa.tuple_(*order) > sa.tuple_(*after))
+        with self._write() as conn:
+            rows = conn.execute(chosen).all()
+            if rows:
+                pks = [row[0] for row in rows]
+                self._part_with(conn, tenant_id, sa.and_(its, memories.c.pk.in_(pks)), by)
+        return (rows[-1][1], rows[-1][2]) if len(rows) == batch else None
+
     def delete_agent(
         self, agent_id: uuid.UUID, tenant_id: uuid.UUID, *, by: ChangedBy | None = None
     ) -> None:
-        now, actor = utcnow(), by or SERVER
         its = sa.and_(memories.c.tenant_id == tenant_id, memories.c.source_agent_id == agent_id)
         with self._write() as conn:
             # First: a store by the agent in flight commits before this (and is deleted or kept
@@ -237,21 +265,33 @@ class AccountsSql(SqlBase):
             conn.execute(
                 api_keys.update()
                 .where(api_keys.c.principal_id == agent_id, api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=now)
+                .values(revoked_at=utcnow())
             )
-            self._delete_memories(conn, sa.and_(its, memories.c.scope == "agent"), actor)
-            kept = conn.execute(
-                memories.update()
-                .where(its)
-                .values(source_agent_id=None)
-                .returning(memories.c.id, memories.c.subject_id)
-            ).all()
-            event = HistoryEvent.SOURCE_REMOVED
-            record(conn, (history_row(tenant_id, i, s, event, actor, now) for i, s in kept))
+            self._part_with(conn, tenant_id, its, by)
             conn.execute(
                 chat_participants.delete().where(chat_participants.c.participant_id == agent_id)
             )
             conn.execute(agents.delete().where(agents.c.id == agent_id))
+
+    def _part_with(
+        self,
+        conn: sa.Connection,
+        tenant_id: uuid.UUID,
+        its: sa.ColumnElement[bool],
+        by: ChangedBy | None,
+    ) -> None:
+        """Delete the agent-scoped memories of `its` (an agent's memories), keep the others
+        with `source_agent_id` null (history: `deleted`, `source_removed`)."""
+        now, actor = utcnow(), by or SERVER
+        self._delete_memories(conn, sa.and_(its, memories.c.scope == "agent"), actor)
+        kept = conn.execute(
+            memories.update()
+            .where(its)
+            .values(source_agent_id=None)
+            .returning(memories.c.id, memories.c.subject_id)
+        ).all()
+        event = HistoryEvent.SOURCE_REMOVED
+        record(conn, (history_row(tenant_id, i, s, event, actor, now) for i, s in kept))
 
     @replica_read
     def users_by_ids(self, ids: Iterable[uuid.UUID]) -> list[User]:

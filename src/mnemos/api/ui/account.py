@@ -188,10 +188,14 @@ def confirm_agent_delete(
 
 
 @router.post("/agents/{id}/delete")
-def delete_agent(
-    id: str, form: Posted = Depends(posted), svc: Services = Depends(services)
+async def delete_agent(
+    id: str,
+    form: Posted = Depends(posted),
+    svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(rights_threads),
 ) -> Response:
-    accounts.delete_owned_agent(svc.store, form.who.ctx.user.id, try_uuid(id))
+    delete = accounts.delete_owned_agent
+    await to_thread.run_sync(delete, svc.store, form.who.ctx.user.id, try_uuid(id), limiter=threads)
     return redirect(with_notice("/ui/agents", "agent_deleted"))
 
 
