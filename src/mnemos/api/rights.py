@@ -154,9 +154,9 @@ def encoded_lines(
 
 
 RIGHTS_THREADS = 2
-"""Exports, erasures and agent deletions at once per process, each in a thread of its own: a
-long export or a large erasure or deletion never holds one of the threads that answer everyone
-else's requests."""
+"""Exports, erasures, agent deletions and Tuya clear-alls at once per process, each in a thread
+of its own: a long export or a large erasure or deletion never holds one of the threads that
+answer everyone else's requests."""
 
 
 async def rights_threads(request: Request) -> CapacityLimiter:

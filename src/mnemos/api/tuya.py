@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
+from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +24,7 @@ from mnemos.api.deps import Services, services
 from mnemos.api.error_handlers import answer_routing_errors_as
 from mnemos.api.observe import answered_error
 from mnemos.api.responses import JSONResponse
+from mnemos.api.rights import rights_threads
 from mnemos.api.routing import MnemosRoute
 from mnemos.domain.tuya import TuyaMemories
 from mnemos.domain.tuya_auth import SignedRequest, TuyaCaller, TuyaError, param_illegal
@@ -225,7 +227,7 @@ async def write_memories(
 
 
 @router.delete(f"{DEVICE}/memories", summary="Delete memories")
-def delete_memories(
+async def delete_memories(
     request: Request,
     device_id: str,
     role: RoleParams = Depends(role_params),
@@ -233,12 +235,21 @@ def delete_memories(
     memory_keys: str | None = Query(None),
     who: TuyaCaller = Depends(caller),
     svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(rights_threads),
 ) -> JSONResponse:
     """Delete keys (at most 20, comma-separated) or, with `clear_all_memory`, everything."""
     memories = svc.tuya
-    binding = memories.binding(who, role.bind_role_type, role.role_id)
     clear_all = _flag(clear_all_memory)
-    memories.delete(who, device_id, binding, memories.parse_keys(memory_keys, clear_all), clear_all)
+
+    def run() -> None:
+        binding = memories.binding(who, role.bind_role_type, role.role_id)
+        keys = memories.parse_keys(memory_keys, clear_all)
+        memories.delete(who, device_id, binding, keys, clear_all)
+
+    if clear_all:  # every memory of the device, batch by batch: a thread of its own
+        await to_thread.run_sync(run, limiter=threads)
+    else:
+        await run_in_threadpool(run)
     return envelope(request, True)
 
 
