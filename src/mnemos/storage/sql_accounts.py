@@ -243,16 +243,19 @@ class AccountsSql(SqlBase):
         by: ChangedBy | None = None,
     ) -> AgentMemoryPosition | None:
         its = sa.and_(memories.c.tenant_id == tenant_id, memories.c.source_agent_id == agent_id)
-        order = (memories.c.inserted_at, memories.c.id)  # `ix_memories_agent_order`
-        chosen = sa.select(memories.c.pk, *order).where(its).order_by(*order).limit(batch)
+        position = sa.tuple_(memories.c.inserted_at, memories.c.id)  # `ix_memories_agent_order`
         if after is not None:
-            chosen = chosen.where(sa.tuple_(*order) > sa.tuple_(*after))
+            its = sa.and_(its, position > sa.tuple_(*after))
+        chosen = sa.select(memories.c.inserted_at, memories.c.id).where(its)
         with self._write() as conn:
-            rows = conn.execute(chosen).all()
+            rows = conn.execute(chosen.order_by(*position.clauses).limit(batch)).all()
             if rows:
-                pks = [row[0] for row in rows]
-                self._part_with(conn, tenant_id, sa.and_(its, memories.c.pk.in_(pks)), by)
-        return (rows[-1][1], rows[-1][2]) if len(rows) == batch else None
+                # The batch as a range of the agent's index, both ends bound: by its keys, the
+                # planner may walk the agent's whole index instead (every memory left, each
+                # batch), and a list of keys costs a parameter each.
+                last = rows[-1]
+                self._part_with(conn, tenant_id, sa.and_(its, position <= sa.tuple_(*last)), by)
+        return (last[0], last[1]) if len(rows) == batch else None
 
     def delete_agent(
         self, agent_id: uuid.UUID, tenant_id: uuid.UUID, *, by: ChangedBy | None = None
