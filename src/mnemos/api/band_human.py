@@ -218,7 +218,8 @@ async def delete_agent(
     threads: CapacityLimiter = Depends(rights_threads),
 ) -> JSONResponse:
     """Revokes the agent's key and deletes its private memories; its other memories stay."""
-    # In a thread of its own, as an erasure: a large agent's deletion holds no request thread.
+    # In a thread of its own, as an erasure: a large agent's deletion holds no request thread;
+    # it writes batch by batch, so it does not close the writer gate (`api/writer_gate.py`).
     delete = partial(accounts.delete_owned_agent, svc.store, ctx.user.id, try_uuid(id))
     agent = await to_thread.run_sync(delete, limiter=threads)
     return data(deleted_agent_json(agent))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from anyio import CapacityLimiter
+from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -194,8 +194,9 @@ async def delete_agent(
     svc: Services = Depends(services),
     threads: CapacityLimiter = Depends(rights_threads),
 ) -> Response:
-    delete = accounts.delete_owned_agent
-    await to_thread.run_sync(delete, svc.store, form.who.ctx.user.id, try_uuid(id), limiter=threads)
+    # In a thread of its own, batch by batch: no request thread, nor SQLite's writer, held long.
+    delete = partial(accounts.delete_owned_agent, svc.store, form.who.ctx.user.id, try_uuid(id))
+    await to_thread.run_sync(delete, limiter=threads)
     return redirect(with_notice("/ui/agents", "agent_deleted"))
 
 
