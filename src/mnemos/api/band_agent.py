@@ -92,17 +92,7 @@ def search_memories(
         scope=scope,
         subject_id=parse_uuid(subject_id, "subject_id") if subject_id is not None else None,
     )
-    found = svc.memories.recall_as_agent(
-        ctx,
-        params,
-        search.filters,
-        search.text,
-        search.mode,
-        search.limit,
-        search.cursor,
-        search.probe,
-    )
-    return search_answer(found)
+    return search_answer(svc.memories.recall_as_agent(ctx, params, *search.arguments))
 
 
 @router.get(

@@ -95,16 +95,7 @@ def search_memories(
 ) -> JSONResponse:
     """The memories of your list with the same `scope` and filters, best first for `query`
     (modes as the agent search). A Mnemos extension: Band has no search route."""
-    found, shown = svc.human.recall(
-        ctx,
-        params,
-        search.filters,
-        search.text,
-        search.mode,
-        search.limit,
-        search.cursor,
-        search.probe,
-    )
+    found, shown = svc.human.recall(ctx, params, *search.arguments)
     return search_answer(found, _displayed([r.memory for r in found.items], shown))
 
 

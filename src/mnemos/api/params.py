@@ -96,6 +96,11 @@ class SearchRequest:
     probe: Probe | None = None
     """The query's embedding, done before the search by an embedder on another machine."""
 
+    @property
+    def arguments(self) -> tuple[Filters, str, SearchMode, int, str | None, Probe | None]:
+        """What both searches of the domain take after the caller and the list's scopes."""
+        return self.filters, self.text, self.mode, self.limit, self.cursor, self.probe
+
 
 REMOTE_EMBED_THREADS = 32
 """Query embeddings by an embeddings endpoint waited for at once per process, each on a thread
