@@ -28,7 +28,8 @@ from tests.world import Actor
 
 QUESTION = "which seat does the client like on planes"
 WORDS = "aisle seats"  # a query the keyword leg answers too
-QUERIES = ([QUESTION], [WORDS])
+OTHERS = ("window seats", "the quarterly report", "a dog called Biscuit")
+STORED = {AISLE, *OTHERS}  # every memory's text: anything else the endpoint embeds is a query
 WAIT = 10.0  # seconds a step may take before the test calls it stuck (only when it is)
 
 
@@ -44,7 +45,7 @@ class HeldServer(EmbeddingsServer):
         self.answer = self._answer
 
     def _answer(self, body: dict[str, Any]) -> tuple[int, bytes]:
-        if body["input"] not in QUERIES:
+        if set(body["input"]) <= STORED:
             return good_answer(body)
         self.asked.set()
         if self.failing:
@@ -53,7 +54,7 @@ class HeldServer(EmbeddingsServer):
         return good_answer(body)
 
     def queries(self) -> int:
-        return sum(1 for _, _, body in self.requests if body["input"] in QUERIES)
+        return sum(1 for _, _, body in self.requests if not set(body["input"]) <= STORED)
 
 
 @pytest.fixture
@@ -88,6 +89,13 @@ def in_thread(call: Any) -> tuple[threading.Thread, list[httpx.Response]]:
     return thread, answers
 
 
+SLOW = {  # a request whose query the endpoint embeds: the path's end and its parameters
+    "search": ("/search", {"query": QUESTION, "mode": "semantic"}),
+    "ranked list": ("", {"content_query": QUESTION}),  # MNEMOS_CONTENT_QUERY_MODE=hybrid
+}
+
+
+@pytest.mark.parametrize("slow", list(SLOW))
 @pytest.mark.parametrize("human", [False, True], ids=["agent", "human"])
 def test_a_slow_endpoint_holds_no_request_thread(
     settings: Settings,
@@ -95,22 +103,21 @@ def test_a_slow_endpoint_holds_no_request_thread(
     acme: dict[str, Actor],  # noqa: F811
     endpoint: HeldServer,
     human: bool,
+    slow: str,
 ) -> None:
-    """While the endpoint holds a search's query, a list by the same process answers (it
-    waited behind the search on the process's one request thread before), and the search
-    answers once the endpoint does."""
+    """While the endpoint holds a search's (or a ranked list's) query, a plain list by the same
+    process answers (it waited behind the search on the process's one request thread before),
+    and the search answers once the endpoint does."""
     writer, ann = acme["writer"], acme["ann"]
-    with served(settings, store, endpoint) as client:
+    ranked = settings.model_copy(update={"content_query_mode": "hybrid"})
+    with served(ranked, store, endpoint) as client:
         embedder = client.app.state.services.memories.recall.embedder  # type: ignore[attr-defined]
         aisle = stored(client, store, embedder, writer)
         who = ann if human else writer
         path = "/api/v1/me/memories" if human else "/api/v1/agent/memories"
+        end, params = SLOW[slow]
         searching, searched = in_thread(
-            lambda: client.get(
-                path + "/search",
-                params={"query": QUESTION, "mode": "semantic"},
-                headers=who.headers,
-            )
+            lambda: client.get(path + end, params=params, headers=who.headers)
         )
         try:
             assert endpoint.asked.wait(WAIT)
@@ -123,6 +130,7 @@ def test_a_slow_endpoint_holds_no_request_thread(
             searching.join(WAIT)
     assert searched and searched[0].status_code == 200, searched
     assert [row["id"] for row in searched[0].json()["data"]] == [aisle]
+    assert endpoint.queries() == 1
 
 
 def test_a_failing_endpoint_answers_as_documented(
@@ -166,7 +174,7 @@ def test_only_an_authenticated_first_page_by_meaning_asks_the_endpoint(
     with served(settings, store, endpoint) as client:
         embedder = client.app.state.services.memories.recall.embedder  # type: ignore[attr-defined]
         stored(client, store, embedder, acme["writer"])
-        for text in ("window seats", "the quarterly report", "a dog called Biscuit"):
+        for text in OTHERS:
             put(client, acme["writer"], text)
         drain(store, embedder)
         refused = client.get(path, params={"query": QUESTION}, headers={"X-API-Key": "nope"})

@@ -66,7 +66,9 @@ def list_memories(
         scope=scope,
         subject_id=parse_uuid(subject_id, "subject_id") if subject_id is not None else None,
     )
-    return memory_page(svc.memories.list_as_agent(ctx, params, query.filters, query.page))
+    return memory_page(
+        svc.memories.list_as_agent(ctx, params, query.filters, query.page, query.probe)
+    )
 
 
 @router.get(

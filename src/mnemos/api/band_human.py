@@ -77,7 +77,7 @@ def list_memories(
     svc: Services = Depends(services),
 ) -> JSONResponse:
     """Memories about you, of your organization, in your rooms, and private to your agents."""
-    result, shown = svc.human.page_with_display(ctx, params, query.filters, query.page)
+    result, shown = svc.human.page_with_display(ctx, params, query.filters, query.page, query.probe)
     return memory_page(result, _displayed(result.items, shown))
 
 

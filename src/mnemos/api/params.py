@@ -54,12 +54,29 @@ def list_filters(
     )
 
 
+REMOTE_EMBED_THREADS = 32
+"""Query embeddings by an embeddings endpoint waited for at once per process, each on a thread
+that only waits on the network: a slow endpoint holds these, never the request threads (one or
+two per process) nor the database connections (docs/decisions.md, "A search waits for an
+embeddings endpoint before it holds anything")."""
+
+
+def remote_embed_threads(request: Request) -> CapacityLimiter:
+    state = request.app.state
+    if getattr(state, "remote_embed_threads", None) is None:
+        state.remote_embed_threads = CapacityLimiter(REMOTE_EMBED_THREADS)
+    limiter: CapacityLimiter = state.remote_embed_threads
+    return limiter
+
+
 @dataclass(frozen=True)
 class ListQuery:
     """Pagination and filters of a memory list, parsed."""
 
     page: PageRequest
     filters: Filters
+    probe: Probe | None = None
+    """A ranked list's query embedded first (`MemoryService.ranked_list_text`)."""
 
 
 async def list_query(
@@ -73,15 +90,22 @@ async def list_query(
     status: str | None = Query(None, description="active, superseded, archived or all"),
     content_query: str | None = Query(None, description="Full-text search"),
     svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(remote_embed_threads),
 ) -> ListQuery:
     """The query parameters every memory list shares (declare it after the caller's auth).
 
-    Async because it only parses: a sync dependency would cost a thread-pool hop per request.
+    Async because it only parses (a sync dependency would cost a thread-pool hop per request),
+    and a list ranked by an embeddings endpoint has its query embedded here (`search_request`).
     """
-    return ListQuery(
+    found = ListQuery(
         page=page_request(svc, cursor, limit, page, page_size),
         filters=list_filters(svc, system, type, segment, status, content_query),
     )
+    text = svc.memories.ranked_list_text(found.filters)
+    if text is None:
+        return found
+    probe = await to_thread.run_sync(svc.memories.recall.embedded_first, text, limiter=threads)
+    return replace(found, probe=probe)
 
 
 @dataclass(frozen=True)
@@ -100,21 +124,6 @@ class SearchRequest:
     def arguments(self) -> tuple[Filters, str, SearchMode, int, str | None, Probe | None]:
         """What both searches of the domain take after the caller and the list's scopes."""
         return self.filters, self.text, self.mode, self.limit, self.cursor, self.probe
-
-
-REMOTE_EMBED_THREADS = 32
-"""Query embeddings by an embeddings endpoint waited for at once per process, each on a thread
-that only waits on the network: a slow endpoint holds these, never the request threads (one or
-two per process) nor the database connections (docs/decisions.md, "A search waits for an
-embeddings endpoint before it holds anything")."""
-
-
-def remote_embed_threads(request: Request) -> CapacityLimiter:
-    state = request.app.state
-    if getattr(state, "remote_embed_threads", None) is None:
-        state.remote_embed_threads = CapacityLimiter(REMOTE_EMBED_THREADS)
-    limiter: CapacityLimiter = state.remote_embed_threads
-    return limiter
 
 
 async def search_request(

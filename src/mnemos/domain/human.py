@@ -69,9 +69,14 @@ class HumanMemoryService:
         )
 
     def list_page(
-        self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
+        self,
+        ctx: UserContext,
+        params: HumanListParams,
+        filters: Filters,
+        request: PageRequest,
+        probe: Probe | None = None,
     ) -> MemoryPage:
-        return self.memories.page(self.query(ctx, params, filters), request)
+        return self.memories.page(self.query(ctx, params, filters), request, probe)
 
     def may_change(self, ctx: UserContext, items: list[Memory]) -> set[uuid.UUID]:
         """Which of `items` the person may delete, supersede, archive or restore (the rule of
@@ -103,11 +108,16 @@ class HumanMemoryService:
             return found, self.display_fields(ctx, [r.memory for r in found.items])
 
     def page_with_display(
-        self, ctx: UserContext, params: HumanListParams, filters: Filters, request: PageRequest
+        self,
+        ctx: UserContext,
+        params: HumanListParams,
+        filters: Filters,
+        request: PageRequest,
+        probe: Probe | None = None,
     ) -> tuple[MemoryPage, dict[uuid.UUID, dict[str, Any]]]:
         """A page and its display fields, read from one state of the data (one connection)."""
         with self.store.snapshot():
-            page = self.list_page(ctx, params, filters, request)
+            page = self.list_page(ctx, params, filters, request, probe)
             return page, self.display_fields(ctx, page.items)
 
     def reach(self, ctx: UserContext) -> Reach:

@@ -154,10 +154,13 @@ class MemoryService:
 
     # --- shared ----------------------------------------------------------------------------
 
-    def page(self, query: MemoryQuery, request: PageRequest) -> MemoryPage:
-        """Run a query for one page of either pagination family."""
+    def page(
+        self, query: MemoryQuery, request: PageRequest, probe: Probe | None = None
+    ) -> MemoryPage:
+        """Run a query for one page of either pagination family (`probe`: a ranked list's
+        query embedded first, `ranked_list_text`)."""
         if self.rank_content_query and query.search is not None:
-            return self._relevance_page(query, request)
+            return self._relevance_page(query, request, probe)
         if isinstance(request, OffsetPage):
             with self.store.snapshot():  # the total counts the same state the page shows
                 items = list(
@@ -176,7 +179,18 @@ class MemoryService:
             next_cursor = self.codec.encode(Position(last.inserted_at, last.id))
         return MemoryPage(items, cursor_meta(request, next_cursor), deprecated=False)
 
-    def _relevance_page(self, query: MemoryQuery, request: PageRequest) -> MemoryPage:
+    def ranked_list_text(self, filters: Filters) -> str | None:
+        """The words a list with these filters ranks by meaning when its query is to be embedded
+        before it runs (`Recall.embedded_first`: an embedder on another machine); else None."""
+        ranked = self.rank_content_query and filters.search is not None
+        if not ranked or not self.recall.embeds_elsewhere(SearchMode.HYBRID, None):
+            return None
+        assert filters.search is not None
+        return query_words(filters.search)
+
+    def _relevance_page(
+        self, query: MemoryQuery, request: PageRequest, probe: Probe | None
+    ) -> MemoryPage:
         """A `content_query` list ranked by hybrid search (MNEMOS_CONTENT_QUERY_MODE=hybrid): the
         best `RANKED_LIST_CAP` matches at most, best first; a cursor page is the first page of
         them (no next cursor), an offset page a slice of them."""
@@ -185,12 +199,12 @@ class MemoryService:
         if isinstance(request, OffsetPage):
             # Every page ranks (and counts) the whole capped answer: a hybrid search costs the
             # same at any depth, and `total_count` must not depend on the page asked for.
-            found, _ = self.recall.answer(query, text, SearchMode.HYBRID, RANKED_LIST_CAP)
+            found, _ = self.recall.answer(query, text, SearchMode.HYBRID, RANKED_LIST_CAP, probe)
             found = found[:RANKED_LIST_CAP]
             page = found[request.offset : request.offset + request.page_size]
             items = [r.memory for r in self.recall.read(query, page)]
             return MemoryPage(items, offset_meta(request, len(found)), deprecated=True)
-        found, _ = self.recall.answer(query, text, SearchMode.HYBRID, request.limit)
+        found, _ = self.recall.answer(query, text, SearchMode.HYBRID, request.limit, probe)
         items = [r.memory for r in self.recall.read(query, found[: request.limit])]
         return MemoryPage(items, cursor_meta(request, None), deprecated=False)
 
@@ -272,10 +286,15 @@ class MemoryService:
         return filters.within(audiences, subject_id=subject_id)
 
     def list_as_agent(
-        self, ctx: AgentContext, params: AgentListParams, filters: Filters, request: PageRequest
+        self,
+        ctx: AgentContext,
+        params: AgentListParams,
+        filters: Filters,
+        request: PageRequest,
+        probe: Probe | None = None,
     ) -> MemoryPage:
         require_memory_plan(ctx.owner, ctx.organization)
-        return self.page(self.agent_query(ctx, params, filters), request)
+        return self.page(self.agent_query(ctx, params, filters), request, probe)
 
     def recall_as_agent(
         self,
