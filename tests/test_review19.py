@@ -15,10 +15,15 @@ import pytest
 from anyio import CapacityLimiter
 from fastapi.testclient import TestClient
 
+from mnemos.config import Settings
 from mnemos.storage import sqlite
 from mnemos.storage.base import Store
+from tests.api.test_ui_http import signed_in
+from tests.test_recall import acme  # noqa: F401
+from tests.test_remote_probe import QUESTION, WAIT, HeldServer, endpoint, in_thread, served
+from tests.test_remote_probe import stored as stored_and_embedded
 from tests.test_review18 import HELD_FOR, _all_ended, _in_thread, deletions_held
-from tests.world import World, memory_body
+from tests.world import Actor, World, memory_body
 
 AGENT_MEMORIES = "/api/v1/agent/memories"
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
@@ -166,3 +171,52 @@ def test_an_mcp_read_does_not_wait_for_another_tenants_erasure(
         served = not reader.is_alive()
     _all_ended(started)
     assert served and answers["mcp"] == 200, answers
+
+
+# --- 3. the page's search still waits for the embeddings endpoint in a request thread -----------
+
+_ = endpoint  # the fixture, imported
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review19 #3: the page's Search embeds its query inside the search (request thread)",
+)
+def test_a_slow_endpoint_holds_no_request_thread_for_the_pages_search(
+    settings: Settings,
+    store: Store,
+    acme: dict[str, Actor],  # noqa: F811
+    endpoint: HeldServer,  # noqa: F811
+) -> None:
+    """The fix of "A search waits for an embeddings endpoint before it holds anything" covers
+    the REST search routes (`api.params.search_request`) and names MCP's tool as not covered;
+    the page's Search (`GET /ui/?q=...`, `ui.memories.search_page`: hybrid) is not named and
+    is not covered either: its route is a plain `def`, and `HumanMemoryService.recall` gets no
+    probe, so the query is embedded beside the reads in the request thread, inside the
+    person's `snapshot()`. With one request thread (PostgreSQL's default), a person typing in
+    the page's search box while the endpoint is slow (up to `MNEMOS_EMBEDDER_TIMEOUT_SECONDS`)
+    stops every request of every tenant of the process, as the REST search did before the fix.
+    Here another organization's agent lists its memories while the page's search waits.
+    Suggested: the page's route async, its query embedded first as `search_request` does
+    (`Recall.embeds_elsewhere` / `embedded_first` on `remote_embed_threads`), then the page
+    built in a thread with the probe."""
+    writer, ann, outsider = acme["writer"], acme["ann"], acme["outsider"]
+    with served(settings, store, endpoint) as client:
+        embedder = client.app.state.services.memories.recall.embedder  # type: ignore[attr-defined]
+        stored_and_embedded(client, store, embedder, writer)
+        signed_in(client, ann)
+        searching, searched = in_thread(lambda: client.get("/ui/", params={"q": QUESTION}))
+        try:
+            assert endpoint.asked.wait(WAIT)
+            listing, listed = in_thread(
+                lambda: client.get("/api/v1/agent/memories", headers=outsider.headers)
+            )
+            listing.join(WAIT)
+            answered = bool(listed) and listed[0].status_code == 200
+            waiting = searching.is_alive()
+        finally:
+            endpoint.release.set()  # whatever failed: the search ends before the app stops
+            searching.join(WAIT)
+            listing.join(WAIT)
+    assert searched and searched[0].status_code == 200, searched
+    assert answered and waiting, (answered, waiting)  # the list answered while the search waited
