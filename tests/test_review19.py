@@ -12,16 +12,21 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from anyio import CapacityLimiter
 from fastapi.testclient import TestClient
 
 from mnemos.config import Settings
 from mnemos.storage import sqlite
 from mnemos.storage.base import Store
+from mnemos.storage.schema import memories
+from tests.api.test_tuya_hardening import Tuya, entry, project, tuya_query  # noqa: F401
 from tests.api.test_ui_http import signed_in
 from tests.test_recall import acme  # noqa: F401
 from tests.test_remote_probe import QUESTION, WAIT, HeldServer, endpoint, in_thread, served
 from tests.test_remote_probe import stored as stored_and_embedded
+from tests.test_review13 import rows_held
+from tests.test_review17 import on_postgres_only
 from tests.test_review18 import HELD_FOR, _all_ended, _in_thread, deletions_held
 from tests.world import Actor, World, memory_body
 
@@ -220,3 +225,56 @@ def test_a_slow_endpoint_holds_no_request_thread_for_the_pages_search(
             listing.join(WAIT)
     assert searched and searched[0].status_code == 200, searched
     assert answered and waiting, (answered, waiting)  # the list answered while the search waited
+
+
+# --- 4. Tuya's clear-all ends when another delete took its whole batch ---------------------------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="review19 #4: a batch another delete took whole ends the clear-all"
+)
+def test_tuya_clear_all_deletes_everything_when_a_key_delete_takes_its_whole_batch(
+    client: TestClient,
+    project: dict[str, Any],  # noqa: F811
+    store: Store,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """review17's finding 8 was fixed by running the clear until a batch deletes nothing
+    (`count == 0`). On PostgreSQL a batch whose rows were *all* deleted by another transaction
+    while the clear's DELETE waited for them (its `pk IN (SELECT ... LIMIT batch)` was read
+    before) also deletes nothing, and the clear ends there: `success: true` with the rest of
+    the device's memories kept. A key's versions are consecutive rows (each write of a key
+    adds one), so a device that deletes one key (`memory_keys=...`, or another role) while its
+    clear-all runs takes a whole batch whenever the key has at least `DELETE_BATCH` (1,000)
+    versions among the first rows the clear picks. Here the batch is 2: key K0 written twice
+    (two versions, the first two rows), K1 and K2 once; the other transaction deletes K0's two
+    rows, the clear's whole first batch. Suggested: end on a batch whose SELECT found nothing
+    (select the pks first, then delete them by pk), not on a DELETE that deleted nothing."""
+    on_postgres_only(settings)
+    import mnemos.domain.tuya as tuya_domain
+    from mnemos.domain.tuya_auth import TuyaCaller
+
+    monkeypatch.setattr(tuya_domain, "DELETE_BATCH", 2)
+    tuya = Tuya(client, project)
+    for value in ("first", "second"):
+        assert tuya.write("dev1", [entry("sys.memoryK0", value)])["success"] is True
+    later = [entry(f"sys.memoryK{n}", f"value {n}") for n in (1, 2)]
+    assert tuya.write("dev1", later)["success"] is True
+    _, subject = store.claim_tuya_device("dev1", project["org"])
+    caller = TuyaCaller(project["client_id"], project["org"])
+    assert store.count_memories(tuya_query(caller, subject)) == 4
+
+    def clear() -> int:
+        answer = tuya.call("DELETE", "dev1", {"bind_role_type": 2, "clear_all_memory": "true"})
+        assert answer["success"] is True, answer
+        return 1
+
+    key_k0 = memories.c.tuya_slot.like("%sys.memoryK0")
+    with rows_held(settings, project["org"], clear, "the clear's delete") as (other, waited, _):
+        k0 = set(other.execute(sa.select(memories.c.id).where(key_k0)).scalars())
+        assert waited in k0  # the clear's first batch is K0's versions (the first rows)
+        # The key's own delete (what `memory_keys=K0` runs), committed while the clear waits.
+        other.execute(memories.delete().where(key_k0))
+    left = store.count_memories(tuya_query(caller, subject))
+    assert left == 0, f"clear-all answered true; {left} memories are left"
