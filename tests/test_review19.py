@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 from anyio import CapacityLimiter
@@ -19,14 +21,14 @@ from fastapi.testclient import TestClient
 from mnemos.config import Settings
 from mnemos.storage import sqlite
 from mnemos.storage.base import Store
-from mnemos.storage.schema import memories
+from mnemos.storage.schema import memories, vector_chunks
 from tests.api.test_tuya_hardening import Tuya, entry, project, tuya_query  # noqa: F401
 from tests.api.test_ui_http import signed_in
 from tests.test_recall import acme  # noqa: F401
 from tests.test_remote_probe import QUESTION, WAIT, HeldServer, endpoint, in_thread, served
 from tests.test_remote_probe import stored as stored_and_embedded
 from tests.test_review13 import rows_held
-from tests.test_review17 import on_postgres_only
+from tests.test_review17 import meanwhile_or_waiting, on_postgres_only, store_url
 from tests.test_review18 import HELD_FOR, _all_ended, _in_thread, deletions_held
 from tests.world import Actor, World, memory_body
 
@@ -278,3 +280,78 @@ def test_tuya_clear_all_deletes_everything_when_a_key_delete_takes_its_whole_bat
         other.execute(memories.delete().where(key_k0))
     left = store.count_memories(tuya_query(caller, subject))
     assert left == 0, f"clear-all answered true; {left} memories are left"
+
+
+# --- 5. the worker seals an erased vector after the erasure's DELETE ------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="review19 #5: the worker seals an erased vector after the erasure's DELETE"
+)
+def test_no_vector_sealed_during_an_erasure_keeps_an_erased_memory(
+    client: TestClient,
+    world: World,
+    store: Store,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """review17's finding 9 was fixed by taking the owners to purge from the erasure's DELETE
+    and by locking a chunk in `_drop_dead`. The embedding worker can still seal the erased
+    vector *after* the DELETE: at READ COMMITTED its `_seal` reads the owner's tail (the
+    erased memory's `vector_tail` and `memory_vectors` rows, deleted but not yet committed, are
+    still visible), inserts a chunk holding that vector, then waits to delete those tail rows
+    (the erasure holds them). The erasure's `_purge_vectors` lists the owner's chunks without
+    the worker's (not committed), commits, and the worker then commits its chunk: the erased
+    memory's int8 vector stays sealed until the idle sweep reaches it. The worker's save is of
+    a memory about someone else (Bob) by the same agent: they share the owner `as<agent>`.
+    Here `CHUNK_ROWS` is 2. Suggested: the seal takes the rows it packs `FOR KEY SHARE` (or
+    locks the tail rows first, `FOR UPDATE`, and rereads), so it waits for the erasure and
+    packs what is left; or the erasure takes the owners' advisory locks (`_lock_owner`) before
+    its DELETE, sorted, so no seal of those owners runs beside it."""
+    on_postgres_only(settings)
+    import mnemos.storage.sql_vectors as sql_vectors
+
+    monkeypatch.setattr(sql_vectors, "CHUNK_ROWS", 2)
+    ann = world.user("Ann", "r19-seal")
+    bob = world.user("Bob", "r19-seal")
+    bot = world.agent(ann)
+
+    def stored(content: str, subject: Actor) -> uuid.UUID:
+        body = memory_body(content, subject_id=subject.id)
+        answer = client.post(AGENT_MEMORIES, json=body, headers=bot.headers)
+        assert answer.status_code == 201, answer.text
+        return uuid.UUID(answer.json()["data"]["id"])
+
+    about_ann, about_bob = stored("Ann note", ann), stored("Bob note", bob)
+    vector = np.ones((1, 384), dtype=np.float32) / np.sqrt(384)
+    assert store.save_vectors("test-model", [about_ann], vector) == 1  # type: ignore[attr-defined]
+    url = store_url(store)
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            pk = conn.execute(sa.select(memories.c.pk).where(memories.c.id == about_ann)).scalar()
+    finally:
+        engine.dispose()
+
+    original = store._purge_vectors  # type: ignore[attr-defined]
+    finished: list[Callable[[], Any]] = []
+
+    def seal_then_purge(*args: Any) -> Any:
+        if not finished:  # the worker saves Bob's vector after the DELETE, before the purge
+            save = lambda: store.save_vectors("test-model", [about_bob], vector)  # type: ignore[attr-defined]  # noqa: E731
+            finished.append(meanwhile_or_waiting(save, url))
+        return original(*args)
+
+    monkeypatch.setattr(store, "_purge_vectors", seal_then_purge)
+    answer = client.post("/api/v1/me/memories/erase", json={"confirm": True}, headers=ann.headers)
+    assert answer.status_code == 200 and answer.json()["data"]["erased"] == 1, answer.text
+    assert finished, "the hook did not run"
+    assert finished[0]() == 1  # the worker's save ends once the erasure committed
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            chunks = conn.execute(sa.select(vector_chunks.c.pks)).scalars().all()
+    finally:
+        engine.dispose()
+    sealed = [np.frombuffer(bytes(blob), dtype="<i8").tolist() for blob in chunks]
+    assert not any(pk in keys for keys in sealed), f"erased memory {pk} sealed in {sealed}"
