@@ -60,10 +60,6 @@ def _rights_threads(client: TestClient) -> CapacityLimiter:
 # --- 1. an erasure waiting for a rights thread closes the writer gate ---------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review19 #1: run_long_write closes the gate before it has a rights thread",
-)
 def test_an_erasure_waiting_for_a_rights_thread_does_not_close_the_gate(
     client: TestClient, store: Store, world: World
 ) -> None:
@@ -124,9 +120,6 @@ def test_an_erasure_waiting_for_a_rights_thread_does_not_close_the_gate(
 # --- 2. MCP reads wait at the gate ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review19 #2: every MCP call is a POST, so MCP reads wait at the gate"
-)
 def test_an_mcp_read_does_not_wait_for_another_tenants_erasure(
     client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -185,10 +178,6 @@ def test_an_mcp_read_does_not_wait_for_another_tenants_erasure(
 _ = endpoint  # the fixture, imported
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review19 #3: the page's Search embeds its query inside the search (request thread)",
-)
 def test_a_slow_endpoint_holds_no_request_thread_for_the_pages_search(
     settings: Settings,
     store: Store,
@@ -232,9 +221,6 @@ def test_a_slow_endpoint_holds_no_request_thread_for_the_pages_search(
 # --- 4. Tuya's clear-all ends when another delete took its whole batch ---------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review19 #4: a batch another delete took whole ends the clear-all"
-)
 def test_tuya_clear_all_deletes_everything_when_a_key_delete_takes_its_whole_batch(
     client: TestClient,
     project: dict[str, Any],  # noqa: F811

@@ -46,6 +46,7 @@ from mnemos.domain.tuya_auth import TuyaAuth
 from mnemos.embedding import embedder_from_settings, worker_embedder
 from mnemos.errors import StorageUnavailable
 from mnemos.indexer import Indexer, InFlight
+from mnemos.mcp.http import PATH as MCP_PATH
 from mnemos.mcp.http import McpEndpoint
 from mnemos.ratelimit import build_limiters
 from mnemos.storage import backend, open_store
@@ -192,7 +193,7 @@ def create_app(
     # checks, the body limit (a request the access checks refuse is answered before its body
     # is read: an address past its limit does not get a mebibyte held for it first), and
     # innermost a write's wait for this process's long writes (SQLite).
-    app.add_middleware(WriterGateMiddleware, gate=gate)
+    app.add_middleware(WriterGateMiddleware, gate=gate, ungated=MCP_PATH)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(AccessMiddleware, limiter=limiters.requests, shares=limiters.shares)
     app.add_middleware(

@@ -60,9 +60,11 @@ class WriterGate:
 
 
 async def run_long_write(gate: WriterGate, threads: CapacityLimiter, work: Callable[[], T]) -> T:
-    """`work()` in a thread of `threads`, holding the gate."""
-    async with gate.held():
-        return await to_thread.run_sync(work, limiter=threads)
+    """`work()` in a thread of `threads`, holding the gate while it runs: a long write waiting
+    for its turn of `threads` (behind other tenants' deletions) leaves the gate open (review19)."""
+    async with threads:
+        async with gate.held():
+            return await to_thread.run_sync(work, limiter=CapacityLimiter(1))
 
 
 def writer_gate(request: Request) -> WriterGate:
@@ -70,14 +72,25 @@ def writer_gate(request: Request) -> WriterGate:
     return gate
 
 
-class WriterGateMiddleware:
-    """Requests that may write wait at the gate before the app handles them."""
+async def gate_passed(request: Request | None) -> None:
+    """Wait at the gate of the app `request` came through (none: not served over HTTP)."""
+    gate = getattr(request.app.state, "writer_gate", None) if request is not None else None
+    if gate is not None:
+        await gate.passed()
 
-    def __init__(self, app: ASGIApp, gate: WriterGate):
+
+class WriterGateMiddleware:
+    """Requests that may write wait at the gate before the app handles them. MCP's requests
+    are all POSTs, reads too: its writing tools wait where they are called (`mcp/server.py`,
+    `gate_passed`), its reads go on (review19)."""
+
+    def __init__(self, app: ASGIApp, gate: WriterGate, ungated: str):
         self.app = app
         self.gate = gate
+        self.ungated = ungated
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] not in READS:
-            await self.gate.passed()
+            if scope["path"] != self.ungated:
+                await self.gate.passed()
         await self.app(scope, receive, send)

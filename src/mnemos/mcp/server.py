@@ -23,6 +23,7 @@ from starlette.requests import Request
 from mnemos import __version__
 from mnemos.api.deps import Services
 from mnemos.api.observe import answered_error, answered_write
+from mnemos.api.writer_gate import gate_passed
 from mnemos.errors import MnemosError, ValidationFailed
 from mnemos.mcp.tools import AGENT_TOOLS, PERSON_TOOLS, Caller, Tool, find_tool, tools_for
 
@@ -120,6 +121,8 @@ def build_server(svc: Services, caller_of: CallerOf) -> Server[Any]:
         try:
             caller = await caller_of(ctx)
             tool = find_tool(caller, params.name)
+            if tool.write is not None:  # as the REST API's writes (`api/writer_gate.py`)
+                await gate_passed(ctx.request if isinstance(ctx.request, Request) else None)
             result = await to_thread.run_sync(_run, svc, caller, tool, params.arguments or {})
         except MnemosError as exc:
             return _observed(ctx, refusal(exc), exc.code)

@@ -220,13 +220,15 @@ class TuyaSql(SqlBase):
         )
         deleted = 0
         while True:
+            # Until a batch chooses nothing: what a batch deletes can be short of what it chose
+            # (another request deleted some of its rows, or all, while it waited for them) with
+            # more left after it (review17, review19).
             with self._write() as conn:
-                where = sa.and_(M.tenant_id == tenant_id, M.pk.in_(chosen))
-                count = self._delete_memories(conn, where, by or SERVER)
-            deleted += count
-            # Until a batch finds nothing: a batch is short also when another request deleted
-            # some of its rows while it waited for them, with more left after it (review17).
-            if count == 0:
+                pks = list(conn.execute(chosen).scalars())
+                if pks:
+                    where = sa.and_(M.tenant_id == tenant_id, M.pk.in_(pks))
+                    deleted += self._delete_memories(conn, where, by or SERVER)
+            if not pks:
                 return deleted
 
     # --- replay protection -----------------------------------------------------------------

@@ -11,10 +11,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from mnemos.api.deps import Services, services
-from mnemos.api.params import list_filters, page_request
+from mnemos.api.params import list_filters, page_request, remote_embed_threads
 from mnemos.api.ui.web import (
     Posted,
     SignedIn,
@@ -30,6 +31,7 @@ from mnemos.domain.human import HumanListParams, HumanView
 from mnemos.domain.ids import parse_uuid
 from mnemos.domain.models import Memory, MemoryType, Segment, Status, System
 from mnemos.domain.people import actor_of
+from mnemos.domain.probes import Probe
 from mnemos.domain.queries import Filters
 from mnemos.domain.recall import SearchMode
 from mnemos.errors import invalid_field
@@ -103,12 +105,13 @@ def search_page(
     filters: Filters,
     text: str,
     cursor: str | None,
+    probe: Probe | None = None,
 ) -> Listed:
     """The page's Search: the same list, best match for `text` first, by the best search Mnemos
     has (`GET /api/v1/me/memories/search`'s hybrid recall: keyword and meaning fused, keyword
     alone without an embedder); its cursor continues only this same search."""
     found, shown = svc.human.recall(
-        who.ctx, params, filters, text, SearchMode.HYBRID, PAGE_SIZE, cursor
+        who.ctx, params, filters, text, SearchMode.HYBRID, PAGE_SIZE, cursor, probe
     )
     items = [ranked.memory for ranked in found.items]
     changeable = svc.human.may_change(who.ctx, items)
@@ -139,6 +142,24 @@ def _room_choices(svc: Services, who: SignedIn, chosen: str | None) -> dict[str,
     return choices
 
 
+async def searched_first(
+    q: str | None = Query(None),
+    cursor: str | None = Query(None),
+    who: SignedIn = Depends(signed_in),  # noqa: ARG001 - only for a signed-in person
+    svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(remote_embed_threads),
+) -> Probe | None:
+    """The Search's words embedded before the page is built, by an embeddings endpoint (as
+    `api/params.py` `search_request`: the wait holds no request thread); else None."""
+    text = q.strip() if q else ""
+    recall = svc.memories.recall
+    if not text or len(text) > recall.max_query_chars:  # the search refuses it as before
+        return None
+    if not recall.embeds_elsewhere(SearchMode.HYBRID, _blank(cursor)):
+        return None
+    return await to_thread.run_sync(recall.embedded_first, text, limiter=threads)
+
+
 @router.get("/")
 def memories(
     request: Request,
@@ -154,6 +175,7 @@ def memories(
     done: str | None = Query(None),
     who: SignedIn = Depends(signed_in),
     svc: Services = Depends(services),
+    probe: Probe | None = Depends(searched_first),
 ) -> Response:
     chosen = {
         "scope": _blank(scope),
@@ -174,7 +196,7 @@ def memories(
         svc, chosen["system"], chosen["type"], chosen["segment"], chosen["status"], None
     )
     if chosen["q"]:
-        listed = search_page(svc, who, params, filters, chosen["q"], _blank(cursor))
+        listed = search_page(svc, who, params, filters, chosen["q"], _blank(cursor), probe)
     else:
         listed = list_page(svc, who, params, filters, _blank(cursor))
     kept = {name: value for name, value in chosen.items() if value}
