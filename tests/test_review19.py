@@ -271,9 +271,6 @@ def test_tuya_clear_all_deletes_everything_when_a_key_delete_takes_its_whole_bat
 # --- 5. the worker seals an erased vector after the erasure's DELETE ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review19 #5: the worker seals an erased vector after the erasure's DELETE"
-)
 def test_no_vector_sealed_during_an_erasure_keeps_an_erased_memory(
     client: TestClient,
     world: World,

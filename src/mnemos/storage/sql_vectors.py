@@ -303,12 +303,18 @@ class VectorsSql(SqlBase):
             if (tenant, owner) not in wanted:
                 continue  # another tenant's tail of an owner key this batch also wrote
             self._lock_owner(conn, tenant, owner)  # read below, after any concurrent seal
+            # Memories another transaction is deleting (an erasure not committed yet) are
+            # passed over, not waited for (it may wait for this owner's lock): their vectors
+            # go with their deletion, never into a chunk (review19; PostgreSQL: SQLite has one
+            # writer).
             rows = conn.execute(
                 sa.select(V.memory_pk, V.scale, V.vector)
                 .join(vector_tail, sa.and_(T.tenant_id == V.tenant_id, T.memory_pk == V.memory_pk))
+                .join(memories, sa.and_(M.tenant_id == V.tenant_id, M.pk == V.memory_pk))
                 .where(T.tenant_id == tenant, T.owner == owner, V.model == model)
                 .order_by(V.memory_pk)
                 .limit(CHUNK_ROWS)
+                .with_for_update(of=memories, key_share=True, skip_locked=True)
             ).all()
             if len(rows) < CHUNK_ROWS:
                 continue  # the tail holds vectors of another model, waiting for a reindex
