@@ -119,6 +119,7 @@ def test_a_slow_endpoint_holds_no_request_thread(
         searching, searched = in_thread(
             lambda: client.get(path + end, params=params, headers=who.headers)
         )
+        listing = None
         try:
             assert endpoint.asked.wait(WAIT)
             listing, listed = in_thread(lambda: client.get(path, headers=who.headers))
@@ -126,8 +127,10 @@ def test_a_slow_endpoint_holds_no_request_thread(
             assert listed and listed[0].status_code == 200  # while the search still waits
             assert searching.is_alive()
         finally:
-            endpoint.release.set()  # whatever failed: the search ends before the app stops
+            endpoint.release.set()  # whatever failed: both requests end before the app stops
             searching.join(WAIT)
+            if listing is not None:
+                listing.join(WAIT)
     assert searched and searched[0].status_code == 200, searched
     assert [row["id"] for row in searched[0].json()["data"]] == [aisle]
     assert endpoint.queries() == 1
