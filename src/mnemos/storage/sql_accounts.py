@@ -86,6 +86,24 @@ _AGENTS_BY_IDS = (
 PRINCIPALS: dict[KeyKind, sa.Table] = {"agent": agents, "user": users}
 
 
+def _lock(conn: sa.Connection, principals: sa.Table, principal_id: uuid.UUID) -> None:
+    """Hold a principal's row until the transaction ends (PostgreSQL; SQLite writes one at a
+    time): changes of its keys, and its deletion against its stores, take turns."""
+    conn.execute(
+        sa.select(principals.c.id).where(principals.c.id == principal_id).with_for_update()
+    )
+
+
+def _revoke_live_keys(
+    conn: sa.Connection, principal_id: uuid.UUID, kind: KeyKind | None = None
+) -> None:
+    """Revoke a principal's live keys (of `kind`, when given) as of now."""
+    live = [api_keys.c.principal_id == principal_id, api_keys.c.revoked_at.is_(None)]
+    if kind is not None:
+        live.append(api_keys.c.kind == kind)
+    conn.execute(api_keys.update().where(*live).values(revoked_at=utcnow()))
+
+
 class AccountsSql(SqlBase):
     """Accounts part of the SQL store."""
 
@@ -161,23 +179,12 @@ class AccountsSql(SqlBase):
             )
 
     def replace_api_keys(self, kind: KeyKind, principal_id: uuid.UUID, key_hash: str) -> None:
-        principal = PRINCIPALS[kind]
         with self._write() as conn:
             # Rotations of one principal take turns (PostgreSQL; SQLite writes one at a time):
             # without the lock, a rotation beside another revokes only the keys its snapshot
             # saw live, and both new keys work (review17 finding 2).
-            conn.execute(
-                sa.select(principal.c.id).where(principal.c.id == principal_id).with_for_update()
-            )
-            conn.execute(
-                api_keys.update()
-                .where(
-                    api_keys.c.principal_id == principal_id,
-                    api_keys.c.kind == kind,
-                    api_keys.c.revoked_at.is_(None),
-                )
-                .values(revoked_at=utcnow())
-            )
+            _lock(conn, PRINCIPALS[kind], principal_id)
+            _revoke_live_keys(conn, principal_id, kind)
             conn.execute(
                 api_keys.insert().values(
                     key_hash=key_hash, kind=kind, principal_id=principal_id, inserted_at=utcnow()
@@ -227,11 +234,7 @@ class AccountsSql(SqlBase):
 
     def revoke_api_keys(self, principal_id: uuid.UUID) -> None:
         with self._write() as conn:
-            conn.execute(
-                api_keys.update()
-                .where(api_keys.c.principal_id == principal_id, api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=utcnow())
-            )
+            _revoke_live_keys(conn, principal_id)
 
     def part_with_agent_memories(
         self,
@@ -264,12 +267,8 @@ class AccountsSql(SqlBase):
         with self._write() as conn:
             # First: a store by the agent in flight commits before this (and is deleted or kept
             # below), or waits and then finds no agent (`sql.INSERT_MEMORY`).
-            conn.execute(sa.select(agents.c.id).where(agents.c.id == agent_id).with_for_update())
-            conn.execute(
-                api_keys.update()
-                .where(api_keys.c.principal_id == agent_id, api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=utcnow())
-            )
+            _lock(conn, agents, agent_id)
+            _revoke_live_keys(conn, agent_id)
             self._part_with(conn, tenant_id, its, by)
             conn.execute(
                 chat_participants.delete().where(chat_participants.c.participant_id == agent_id)
