@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from mnemos.domain.history import SERVER, STATUS_EVENTS
 from mnemos.domain.models import ChangedBy, HistoryEvent, Memory, Status
 from mnemos.domain.pagination import Position
-from mnemos.domain.queries import FILTER_NAMES, MemoryQuery, Order
+from mnemos.domain.queries import FILTER_NAMES, Audience, MemoryQuery, Order
 from mnemos.domain.search import Scored, SearchQuery
 from mnemos.domain.tenants import Tenants
 from mnemos.errors import Conflict, SearchTooExpensive, Unauthorized
@@ -329,25 +329,31 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         up to `most` + 1, each audience as its newest-first search looks it up in the index."""
         total = 0
         for audience in query.audiences:
-            bare = {**UNFILTERED, "search": part}
-            single = dataclasses.replace(query, audiences=(audience,), **bare)
-            params = self._list_params(single, None)
-            params["most"] = most + 1 - total
-            shape = self._shape("own-matches", single, params)
-            statement = self._statements.get(shape)
-            if statement is None:
-                found = (
-                    sa.select(M.pk)
-                    .where(*self._branch_conditions(single, 0, False))
-                    .limit(sa.bindparam("most", type_=sa.Integer()))
-                    .subquery()
-                )
-                statement = sa.select(sa.func.count()).select_from(found)
-                self._remember(shape, statement)
-            total += int(conn.execute(statement, params).scalar_one())
+            total += self._audience_matches(conn, query, audience, part, most + 1 - total)
             if total > most:
                 break
         return total
+
+    def _audience_matches(
+        self, conn: Connection, query: MemoryQuery, audience: Audience, part: SearchQuery, most: int
+    ) -> int:
+        """How many of one audience's memories match `part`, read up to `most`."""
+        bare = {**UNFILTERED, "search": part}
+        single = dataclasses.replace(query, audiences=(audience,), **bare)
+        params = self._list_params(single, None)
+        params["most"] = most
+        shape = self._shape("own-matches", single, params)
+        statement = self._statements.get(shape)
+        if statement is None:
+            found = (
+                sa.select(M.pk)
+                .where(*self._branch_conditions(single, 0, False))
+                .limit(sa.bindparam("most", type_=sa.Integer()))
+                .subquery()
+            )
+            statement = sa.select(sa.func.count()).select_from(found)
+            self._remember(shape, statement)
+        return int(conn.execute(statement, params).scalar_one())
 
     def _walk_edge(self, single: MemoryQuery, params: dict[str, Any]) -> sa.Select[Any]:
         """`(inserted_at, id)` of the `WALK_ROWS`-th newest row of a one-audience query (none if

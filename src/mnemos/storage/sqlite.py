@@ -544,18 +544,18 @@ class SqliteStore(SqlStore):
             postings[index] = min(postings[index], counted)
         return TermStats(rows, tuple(postings))
 
-    def _own_matches(
-        self, conn: Connection, query: MemoryQuery, part: SearchQuery, most: int
+    def _audience_matches(
+        self,
+        conn: Connection,
+        query: MemoryQuery,  # noqa: ARG002 - the scope token names the audience whole
+        audience: Audience,
+        part: SearchQuery,
+        most: int,
     ) -> int:
-        # The index's work of each audience's lookup: the MATCH with its scope token, streamed
+        # The index's work of the audience's lookup: the MATCH with its scope token, streamed
         # (the statement of `SqlStore` would read the whole MATCH before its LIMIT). Within the
         # search's budget: a count past it refuses the search as too expensive.
-        total = 0
-        for audience in query.audiences:
-            total += _entries(conn, fts5_query(part, audience), most + 1 - total)
-            if total > most:
-                break
-        return total
+        return _entries(conn, fts5_query(part, audience), most)
 
     def _recheck_values(self, search: SearchQuery) -> dict[str, Any]:
         return recheck_values(search)
