@@ -22,6 +22,8 @@ from mnemos.domain.ports import Embedder
 from mnemos.embedding import load_embedder
 from mnemos.indexer import drain
 from mnemos.storage.base import Store
+from tests.api.test_mcp import HEADERS as MCP_HEADERS
+from tests.api.test_mcp import call
 from tests.test_embedding import EmbeddingsServer, good_answer
 from tests.test_recall import AISLE, acme, put  # noqa: F401
 from tests.world import Actor
@@ -93,9 +95,32 @@ SLOW = {  # a request whose query the endpoint embeds: the path's end and its pa
     "search": ("/search", {"query": QUESTION, "mode": "semantic"}),
     "ranked list": ("", {"content_query": QUESTION}),  # MNEMOS_CONTENT_QUERY_MODE=hybrid
 }
+SLOW_TOOLS = {  # the MCP tools whose query the endpoint embeds, and their arguments
+    "search_memories": {"query": QUESTION},
+    "list_memories": {"content_query": QUESTION},  # MNEMOS_CONTENT_QUERY_MODE=hybrid
+}
 
 
-@pytest.mark.parametrize("slow", list(SLOW))
+def slow_call(client: TestClient, who: Actor, human: bool, slow: str) -> httpx.Response:
+    """The request of `test_a_slow_endpoint_holds_no_request_thread`: REST, or an MCP tool."""
+    if slow in SLOW_TOOLS:
+        return client.post(
+            "/mcp", json=call(slow, SLOW_TOOLS[slow]), headers={**MCP_HEADERS, **who.headers}
+        )
+    path = "/api/v1/me/memories" if human else "/api/v1/agent/memories"
+    end, params = SLOW[slow]
+    return client.get(path + end, params=params, headers=who.headers)
+
+
+def found_ids(answer: httpx.Response) -> list[str]:
+    body = answer.json()
+    if "result" in body:  # an MCP tool's
+        assert not body["result"].get("isError"), body
+        return [row["id"] for row in body["result"]["structuredContent"]["memories"]]
+    return [row["id"] for row in body["data"]]
+
+
+@pytest.mark.parametrize("slow", [*SLOW, *SLOW_TOOLS])
 @pytest.mark.parametrize("human", [False, True], ids=["agent", "human"])
 def test_a_slow_endpoint_holds_no_request_thread(
     settings: Settings,
@@ -107,7 +132,10 @@ def test_a_slow_endpoint_holds_no_request_thread(
 ) -> None:
     """While the endpoint holds a search's (or a ranked list's) query, a plain list by the same
     process answers (it waited behind the search on the process's one request thread before),
-    and the search answers once the endpoint does."""
+    and the search answers once the endpoint does; through REST and MCP's tools (a person has
+    no search tool)."""
+    if human and slow == "search_memories":
+        pytest.skip("a person's key has no search_memories tool")
     writer, ann = acme["writer"], acme["ann"]
     ranked = settings.model_copy(update={"content_query_mode": "hybrid"})
     with served(ranked, store, endpoint) as client:
@@ -115,10 +143,7 @@ def test_a_slow_endpoint_holds_no_request_thread(
         aisle = stored(client, store, embedder, writer)
         who = ann if human else writer
         path = "/api/v1/me/memories" if human else "/api/v1/agent/memories"
-        end, params = SLOW[slow]
-        searching, searched = in_thread(
-            lambda: client.get(path + end, params=params, headers=who.headers)
-        )
+        searching, searched = in_thread(lambda: slow_call(client, who, human, slow))
         listing = None
         try:
             assert endpoint.asked.wait(WAIT)
@@ -132,7 +157,7 @@ def test_a_slow_endpoint_holds_no_request_thread(
             if listing is not None:
                 listing.join(WAIT)
     assert searched and searched[0].status_code == 200, searched
-    assert [row["id"] for row in searched[0].json()["data"]] == [aisle]
+    assert found_ids(searched[0]) == [aisle]
     assert endpoint.queries() == 1
 
 

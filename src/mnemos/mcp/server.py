@@ -23,9 +23,18 @@ from starlette.requests import Request
 from mnemos import __version__
 from mnemos.api.deps import Services
 from mnemos.api.observe import answered_error, answered_write
+from mnemos.api.params import remote_embed_threads
 from mnemos.api.writer_gate import gate_passed
 from mnemos.errors import MnemosError, ValidationFailed
-from mnemos.mcp.tools import AGENT_TOOLS, PERSON_TOOLS, Caller, Tool, find_tool, tools_for
+from mnemos.mcp.tools import (
+    AGENT_TOOLS,
+    PERSON_TOOLS,
+    SEARCH_MODE,
+    Caller,
+    Tool,
+    find_tool,
+    tools_for,
+)
 
 log = logging.getLogger("mnemos.mcp")
 
@@ -88,21 +97,60 @@ def _invalid(exc: ValidationError) -> ValidationFailed:
     return ValidationFailed("Invalid arguments", details=details)
 
 
-def _run(
-    svc: Services, caller: Caller, tool: Tool, arguments: dict[str, Any]
-) -> types.CallToolResult:
-    """Validate and run one call (blocking: the domain and storage are synchronous)."""
+def _parsed(tool: Tool, arguments: dict[str, Any]) -> Any:
     try:
         # Strictly, as JSON: a value of another JSON type than the tool's input schema says
         # (`true` or `"3"` for an integer) is refused, not converted (pydantic's lax mode).
-        parsed = tool.arguments.validate_json(json.dumps(arguments), strict=True)
+        return tool.arguments.validate_json(json.dumps(arguments), strict=True)
     except ValidationError as exc:
         raise _invalid(exc) from None
+
+
+def _answer(svc: Services, caller: Caller, tool: Tool, parsed: Any) -> types.CallToolResult:
+    """Run one call on its parsed arguments (blocking: the domain and storage are synchronous)."""
     answer = tool.run(svc, caller, parsed)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=answer.text)],
         structured_content=answer.structured,
     )
+
+
+def _run(
+    svc: Services, caller: Caller, tool: Tool, arguments: dict[str, Any]
+) -> types.CallToolResult:
+    """Validate and run one call."""
+    return _answer(svc, caller, tool, _parsed(tool, arguments))
+
+
+def _embedding_first(
+    svc: Services, tool: Tool, arguments: dict[str, Any]
+) -> tuple[Any, str | None]:
+    """The parsed arguments of a call that may rank by meaning, and the text to embed before it
+    runs (None: nothing, `Tool.embeds`)."""
+    parsed = _parsed(tool, arguments)
+    assert tool.embeds is not None
+    return parsed, tool.embeds(svc, parsed)
+
+
+async def _called(
+    ctx: ServerRequestContext[Any, Any],
+    svc: Services,
+    caller: Caller,
+    tool: Tool,
+    arguments: dict[str, Any],
+) -> types.CallToolResult:
+    """One call in threads. A call that ranks by an embedder on another machine has its query
+    embedded first, on the REST API's limiter (`api/params.py` `remote_embed_threads`): a slow
+    endpoint then holds neither a request thread nor a database connection."""
+    recall = svc.memories.recall
+    if tool.embeds is None or not recall.embeds_elsewhere(SEARCH_MODE, None):
+        return await to_thread.run_sync(_run, svc, caller, tool, arguments)
+    parsed, text = await to_thread.run_sync(_embedding_first, svc, tool, arguments)
+    if text is not None:
+        request = ctx.request if isinstance(ctx.request, Request) else None
+        threads = remote_embed_threads(request) if request is not None else None
+        parsed.embedded(await to_thread.run_sync(recall.embedded_first, text, limiter=threads))
+    return await to_thread.run_sync(_answer, svc, caller, tool, parsed)
 
 
 def build_server(svc: Services, caller_of: CallerOf) -> Server[Any]:
@@ -123,7 +171,7 @@ def build_server(svc: Services, caller_of: CallerOf) -> Server[Any]:
             tool = find_tool(caller, params.name)
             if tool.write is not None:  # as the REST API's writes (`api/writer_gate.py`)
                 await gate_passed(ctx.request if isinstance(ctx.request, Request) else None)
-            result = await to_thread.run_sync(_run, svc, caller, tool, params.arguments or {})
+            result = await _called(ctx, svc, caller, tool, params.arguments or {})
         except MnemosError as exc:
             return _observed(ctx, refusal(exc), exc.code)
         except Exception:  # a bug: say so to the model, keep the details in the log

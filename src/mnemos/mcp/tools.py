@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field, JsonValue, TypeAdapter
+from pydantic import BaseModel, Field, JsonValue, PrivateAttr, TypeAdapter
 
 from mnemos.api.deps import Services
 from mnemos.api.params import list_filters, page_request
@@ -34,6 +34,7 @@ from mnemos.domain.models import (
     UserContext,
 )
 from mnemos.domain.pagination import DEFAULT_LIMIT
+from mnemos.domain.probes import Probe
 from mnemos.domain.queries import Filters
 from mnemos.domain.recall import MAX_LIMIT, SearchMode
 from mnemos.errors import NotFound, Unauthorized
@@ -105,6 +106,16 @@ class _Filters(BaseModel):
     status: str | None = Field(default=None, json_schema_extra={"enum": _STATUS_VALUES})
     limit: int | None = None
     cursor: str | None = Field(default=None, max_length=512)
+    # The query this call ranks by, embedded before the call ran by an embedder on another
+    # machine (`Tool.embeds`); never an argument (a private attribute is not validated input).
+    _probe: Probe | None = PrivateAttr(default=None)
+
+    @property
+    def probe(self) -> Probe | None:
+        return self._probe
+
+    def embedded(self, probe: Probe) -> None:
+        self._probe = probe
 
     def parsed(self, svc: Services, content_query: str | None = None) -> Filters:
         return list_filters(
@@ -215,6 +226,9 @@ class Tool:
     listing: bool = False
     read_only: bool = False
     destructive: bool = False
+    embeds: Callable[[Services, Any], str | None] | None = None
+    """The text a call ranks by meaning, to embed before the call runs when the embedder is on
+    another machine (`Recall.embedded_first`; None: the call needs no embedding first)."""
 
     @property
     def write(self) -> str | None:
@@ -290,6 +304,10 @@ def _plain_type(branch: Any) -> bool:
     return isinstance(branch, dict) and set(branch) == {"type"} and isinstance(branch["type"], str)
 
 
+SEARCH_MODE = SearchMode.HYBRID
+"""How `search_memories` ranks: the best search Mnemos has (`best_search`)."""
+
+
 def best_search(
     svc: Services,
     ctx: AgentContext,
@@ -298,6 +316,7 @@ def best_search(
     query: str,
     limit: int,
     cursor: str | None,
+    probe: Probe | None = None,
 ) -> tuple[list[Memory], str | None]:
     """THE one place that picks how `search_memories` ranks: the best search Mnemos has. The
     best `limit` memories for `query` among the agent list of `params` and `filters`, and the
@@ -305,12 +324,24 @@ def best_search(
 
     Hybrid recall (`GET /api/v1/agent/memories/search`'s default: keyword and meaning fused,
     docs/search.md), which is full text alone when the server has no embedder
-    (`MNEMOS_EMBEDDER=none`); its cursor continues only this same search.
+    (`MNEMOS_EMBEDDER=none`); its cursor continues only this same search. `probe`: the query
+    embedded first, if it was (`Tool.embeds`).
     """
     found = svc.memories.recall_as_agent(
-        ctx, params, filters, query, SearchMode.HYBRID, limit, cursor
+        ctx, params, filters, query, SEARCH_MODE, limit, cursor, probe
     )
     return [ranked.memory for ranked in found.items], found.meta["next_cursor"]
+
+
+def _search_text(svc: Services, args: SearchArguments) -> str | None:
+    """As the REST search (`api/params.py` `search_request`)."""
+    first = svc.memories.recall.embeds_elsewhere(SEARCH_MODE, args.cursor)
+    return args.query if first else None
+
+
+def _ranked_list_text(svc: Services, args: AgentListArguments | PersonListArguments) -> str | None:
+    """As the REST lists (`api/params.py` `list_query`): a list ranked by relevance."""
+    return svc.memories.ranked_list_text(args.parsed(svc, args.content_query))
 
 
 def _store(svc: Services, ctx: AgentContext, draft: MemoryDraft) -> Answer:
@@ -320,7 +351,7 @@ def _store(svc: Services, ctx: AgentContext, draft: MemoryDraft) -> Answer:
 def _search(svc: Services, ctx: AgentContext, args: SearchArguments) -> Answer:
     limit = DEFAULT_LIMIT if args.limit is None else args.limit  # `Recall.search` checks it
     found, next_cursor = best_search(
-        svc, ctx, args.params(), args.parsed(svc), args.query, limit, args.cursor
+        svc, ctx, args.params(), args.parsed(svc), args.query, limit, args.cursor, args.probe
     )
     return many([memory_json(memory) for memory in found], next_cursor)
 
@@ -328,7 +359,7 @@ def _search(svc: Services, ctx: AgentContext, args: SearchArguments) -> Answer:
 def _agent_list(svc: Services, ctx: AgentContext, args: AgentListArguments) -> Answer:
     page = page_request(svc, args.cursor, args.limit, None, None)
     filters = args.parsed(svc, args.content_query)
-    result = svc.memories.list_as_agent(ctx, args.params(), filters, page)
+    result = svc.memories.list_as_agent(ctx, args.params(), filters, page, args.probe)
     return many([memory_json(memory) for memory in result.items], result.meta.get("next_cursor"))
 
 
@@ -347,7 +378,7 @@ def _person_list(svc: Services, ctx: UserContext, args: PersonListArguments) -> 
     page = page_request(svc, args.cursor, args.limit, None, None)
     params = HumanListParams(args.scope, args.chat_room_id, args.source_agent_id)
     filters = args.parsed(svc, args.content_query)
-    result, shown = svc.human.page_with_display(ctx, params, filters, page)
+    result, shown = svc.human.page_with_display(ctx, params, filters, page, args.probe)
     return many(_with_display(result.items, shown), result.meta.get("next_cursor"))
 
 
@@ -400,6 +431,7 @@ AGENT_TOOLS: tuple[Tool, ...] = (
         MemoryOut,
         listing=True,
         read_only=True,
+        embeds=_search_text,
     ),
     Tool(
         "list_memories",
@@ -412,6 +444,7 @@ AGENT_TOOLS: tuple[Tool, ...] = (
         MemoryOut,
         listing=True,
         read_only=True,
+        embeds=_ranked_list_text,
     ),
     Tool(
         "get_memory",
@@ -453,6 +486,7 @@ PERSON_TOOLS: tuple[Tool, ...] = (
         UserMemoryOut,
         listing=True,
         read_only=True,
+        embeds=_ranked_list_text,
     ),
     Tool(
         "get_memory",
