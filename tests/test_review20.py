@@ -7,17 +7,22 @@ finding's reason (docs/decisions.md, "A hostile review of the MCP server and the
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.storage import sqlite
 from mnemos.storage.base import Store
+from mnemos.storage.postgres import driver_url
+from mnemos.storage.schema import write_marks
 from tests.api.test_ui_http import csrf_of, signed_in
+from tests.live.mcp_client import ok, stdio_session
 from tests.test_review18 import HELD_FOR, _all_ended, _in_thread, deletions_held
 from tests.world import World, memory_body
 
@@ -172,3 +177,48 @@ def test_signing_in_over_a_session_ends_that_session(client: TestClient, world: 
     copy.cookies.set("mnemos_session", anns_cookie or "", path="/ui")
     still = copy.get("/ui/me", follow_redirects=False)
     assert still.status_code == 303, "Ann's replaced session still opens her page"
+
+
+# --- 5. `mnemos mcp`'s writes are marked for every tenant ----------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review20 finding 5: stdio MCP writes mark `*`: every tenant's reads wait for them",
+)
+def test_stdio_writes_are_marked_for_their_tenant_only(
+    settings: Settings, store: Store, world: World
+) -> None:
+    """With read replicas, a write moves its tenant's mark (`write_marks`), and a write made
+    for no caller moves `*`, which every reader of every tenant, in every process, waits for
+    ("CLI, scripts"; `replicas.written`). `mnemos mcp` serves one known caller (checked at start
+    and at every message) but never says whom it acts for (`Store.act_for`, which the HTTP
+    dependencies call): every `store_memory`, status change or delete over stdio marks `*`. An
+    agent storing steadily through stdio thus sends every tenant's reads to the primary (or
+    to a second round trip to a replica) whenever the replica is behind its last store: the
+    replicas' offload, for the whole deployment, undone by one local agent. Here the replica
+    URL names the primary itself (out of rotation, not a standby: marks are still written).
+    Suggested: `serve_stdio`'s `caller_of` (or `_run`) calls `svc.store.act_for(...)` with the
+    caller's organization and owner, as `api.deps.authenticated` does."""
+    if isinstance(store, sqlite.SqliteStore):
+        pytest.skip("read replicas are PostgreSQL's")
+    agent = world.agent(world.user("Ann", "Acme"))
+    env = {
+        "MNEMOS_DATABASE_URL": settings.database_url,
+        "MNEMOS_DATABASE_REPLICA_URLS": settings.database_url,
+        "MNEMOS_EMBEDDER": "none",
+    }
+
+    async def run() -> None:
+        async with stdio_session(env, agent.api_key) as session:
+            ok(await session.call_tool("store_memory", memory_body("tea, green")["memory"]))
+
+    asyncio.run(run())
+    engine = sa.create_engine(driver_url(settings.database_url))
+    try:
+        with engine.connect() as conn:
+            marked = set(conn.execute(sa.select(write_marks.c.tenant)).scalars())
+    finally:
+        engine.dispose()
+    assert marked, "no write mark at all: the replica URL was not taken"
+    assert "*" not in marked and f"org:{agent.organization_id}" in marked, marked
