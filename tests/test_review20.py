@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -222,3 +223,32 @@ def test_stdio_writes_are_marked_for_their_tenant_only(
         engine.dispose()
     assert marked, "no write mark at all: the replica URL was not taken"
     assert "*" not in marked and f"org:{agent.organization_id}" in marked, marked
+
+
+# --- 6. with the plan off, the page is a dead end ----------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review20 finding 6: plan off: sign-in lands on an error page with no way to About me",
+)
+def test_a_person_without_the_plan_can_reach_their_rights_and_sign_out(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """Rights outlive a plan ("Export and erasure do not need the memory plan"; `/ui/me`
+    answers 200 with the plan off, `test_plan_off_is_a_clear_page`). But signing in sends
+    everyone to `/ui/`, which is then the 403 `plan_required` error page, rendered by
+    `UiRoute` with `error_page(exc)` and so `who=None`: no navigation (no "About me", no "My
+    agents") and no Sign out form; its one link, "Back to my memories", is `/ui/` again. A
+    person whose organization's plan was switched off cannot find Download my data or Erase
+    without typing a URL, nor sign out (the session lives on until the browser closes). The
+    same holds for every error page of a signed-in person. Suggested: render refusals with
+    the signed-in person when known (`error_page(exc, who)` from the session `UiRoute` read),
+    and send a person without the plan to `/ui/me` after sign-in."""
+    ann = world.user("Ann", "acme")
+    store.set_memory_enabled("user", uuid.UUID(ann.id), False)
+    signed_in(client, ann)
+    landing = client.get("/ui/")  # where signing in sends everyone
+    assert landing.status_code == 403 and "plan_required" in landing.text
+    assert 'href="/ui/me"' in landing.text, "no way from the landing page to About me"
+    assert 'action="/ui/signout"' in landing.text, "no Sign out on the landing page"
