@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from mcp.shared.exceptions import MCPError
 
 from mnemos.api.app import create_app
 from mnemos.config import Settings
+from mnemos.domain import accounts
 from mnemos.storage import sqlite
 from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
@@ -252,3 +254,39 @@ def test_a_person_without_the_plan_can_reach_their_rights_and_sign_out(
     assert landing.status_code == 403 and "plan_required" in landing.text
     assert 'href="/ui/me"' in landing.text, "no way from the landing page to About me"
     assert 'action="/ui/signout"' in landing.text, "no Sign out on the landing page"
+
+
+# --- 7. stdio: a protocol request with a credential no longer valid ------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review20 finding 7: stdio tools/list after a rotation: error code 0 and a traceback",
+)
+def test_stdio_refuses_a_rotated_credential_in_its_own_error_shape(
+    settings: Settings, store: Store, world: World
+) -> None:
+    """`mnemos mcp` checks its credential at every message, so a rotated key takes effect at
+    once (docs/mcp.md). A tool call then answers `unauthorized: Invalid API key` as a tool
+    result, but `tools/list` (`server.list_tools`, which does not catch `MnemosError`) lets
+    `Unauthorized` escape into the SDK: the client gets JSON-RPC error code 0 with the bare
+    message, no `unauthorized` code, and the server writes a full traceback to stderr
+    ("handler for 'tools/list' raised") for what is an expected refusal. Suggested: catch
+    `MnemosError` in `list_tools` and raise the SDK's `MCPError` with a code of its own
+    (e.g. -32001) and the text `<code>: <message>`, as tool refusals are written."""
+    agent = world.agent(world.user("Ann", "Acme"))
+    env = {"MNEMOS_DATABASE_URL": settings.database_url, "MNEMOS_EMBEDDER": "none"}
+
+    async def run() -> Any:
+        async with stdio_session(env, agent.api_key) as session:
+            assert (await session.list_tools()).tools
+            accounts.rotate_agent_key(store, uuid.UUID(agent.id))
+            try:
+                await session.list_tools()
+            except MCPError as refused:
+                return refused.error
+            return None
+
+    error = asyncio.run(run())
+    assert error is not None, "tools/list still answered with a rotated key"
+    assert error.code != 0 and error.message.startswith("unauthorized"), error
