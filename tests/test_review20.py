@@ -95,12 +95,12 @@ def test_signing_in_on_the_page_does_not_wait_for_another_tenants_erasure(
     assert not waited_at_gate and answers.get("signin") == 303, answers
 
 
-# --- 2. the page's own 429s say nothing of when to retry -----------------------------------------
+# --- 5. the page's own 429s say nothing of when to retry -----------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review20 finding 2: a page's 429 for the person's own limit has no Retry-After",
+    reason="review20 finding 5: a page's 429 for the person's own limit has no Retry-After",
 )
 def test_a_page_refused_for_the_persons_limit_says_when_to_retry(
     settings: Settings, store: Store, world: World
@@ -125,12 +125,12 @@ def test_a_page_refused_for_the_persons_limit_says_when_to_retry(
         assert 1 <= int(refused[0].headers["retry-after"]) <= 60
 
 
-# --- 3. DELETE /mcp: advertised, then refused by the SDK in another shape -------------------------
+# --- 7. DELETE /mcp: advertised, then refused by the SDK in another shape -------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review20 finding 3: DELETE /mcp is in Allow, then 405 in JSON-RPC shape, no Allow",
+    reason="review20 finding 7: DELETE /mcp is in Allow, then 405 in JSON-RPC shape, no Allow",
 )
 def test_delete_on_mcp_is_refused_as_every_method_not_served(
     client: TestClient, world: World
@@ -182,12 +182,12 @@ def test_signing_in_over_a_session_ends_that_session(client: TestClient, world: 
     assert still.status_code == 303, "Ann's replaced session still opens her page"
 
 
-# --- 5. `mnemos mcp`'s writes are marked for every tenant ----------------------------------------
+# --- 2. `mnemos mcp`'s writes are marked for every tenant ----------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review20 finding 5: stdio MCP writes mark `*`: every tenant's reads wait for them",
+    reason="review20 finding 2: stdio MCP writes mark `*`: every tenant's reads wait for them",
 )
 def test_stdio_writes_are_marked_for_their_tenant_only(
     settings: Settings, store: Store, world: World
@@ -227,12 +227,12 @@ def test_stdio_writes_are_marked_for_their_tenant_only(
     assert "*" not in marked and f"org:{agent.organization_id}" in marked, marked
 
 
-# --- 6. with the plan off, the page is a dead end ----------------------------------------------
+# --- 3. with the plan off, the page is a dead end ----------------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review20 finding 6: plan off: sign-in lands on an error page with no way to About me",
+    reason="review20 finding 3: plan off: sign-in lands on an error page with no way to About me",
 )
 def test_a_person_without_the_plan_can_reach_their_rights_and_sign_out(
     client: TestClient, world: World, store: Store
@@ -256,12 +256,12 @@ def test_a_person_without_the_plan_can_reach_their_rights_and_sign_out(
     assert 'action="/ui/signout"' in landing.text, "no Sign out on the landing page"
 
 
-# --- 7. stdio: a protocol request with a credential no longer valid ------------------------------
+# --- 6. stdio: a protocol request with a credential no longer valid ------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review20 finding 7: stdio tools/list after a rotation: error code 0 and a traceback",
+    reason="review20 finding 6: stdio tools/list after a rotation: error code 0 and a traceback",
 )
 def test_stdio_refuses_a_rotated_credential_in_its_own_error_shape(
     settings: Settings, store: Store, world: World
