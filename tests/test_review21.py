@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -309,5 +310,42 @@ def test_no_statement_is_prepared_on_a_pooled_connection(settings: Settings, wor
         with engine.connect() as conn:  # the pool's one connection, the requests' own
             prepared = conn.exec_driver_sql("SELECT name FROM pg_prepared_statements").all()
         assert prepared == []
+    finally:
+        store.close()
+
+
+# --- 7. `export --out` / `admin export-subject --out` the database itself -------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review21 finding 7: `export --out` or `admin export-subject --out` naming the SQLite "
+    "database renames the NDJSON over it: every row is gone",
+)
+@pytest.mark.parametrize("command", ["export", "export-subject"])
+def test_an_export_into_the_database_file_is_refused(tmp_path: Path, command: str) -> None:
+    """review10 made `mnemos backup --out` refuse the database's own files (by path or inode);
+    the two exports write `FILE.partial` and rename it over `--out` just the same
+    (`cli_ops.whole_file`), so `--out ~/.local/share/mnemos/mnemos.db` (a tab completion, a
+    script's variable) replaces the database with a file of NDJSON (the whole export) or an
+    empty one (the person's, with nothing about them): the organization and the person are
+    gone, and a server running on it goes on with the unlinked file until its restart."""
+    db = tmp_path / "mnemos.db"
+    url = f"sqlite:///{db}"
+    org = json.loads(mnemos("admin", "create-org", "--name", "Acme", "--database-url", url).stdout)
+    person = mnemos(
+        *("admin", "create-user", "--name", "Ann", "--email", "ann@acme.test"),
+        *("--org", org["id"], "--database-url", url),
+    )
+    user = json.loads(person.stdout)["id"]
+    args = {
+        "export": ("export", "--out", str(db)),
+        "export-subject": ("admin", "export-subject", "--user", user, "--out", str(db)),
+    }[command]
+    done = mnemos(*args, "--database-url", url)
+    assert done.returncode == 1, done.stdout
+    store = open_store(Settings(database_url=url))
+    try:
+        assert store.get_organization(uuid.UUID(org["id"])) is not None
     finally:
         store.close()
