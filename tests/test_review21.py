@@ -349,3 +349,63 @@ def test_an_export_into_the_database_file_is_refused(tmp_path: Path, command: st
         assert store.get_organization(uuid.UUID(org["id"])) is not None
     finally:
         store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review21 finding 4: `mnemos reindex` with an embeddings endpoint that does not "
+    "answer ends in an EmbedderUnavailable traceback (it is built outside the refusals)",
+)
+def test_reindex_with_an_endpoint_that_does_not_answer_is_the_json_refusal(tmp_path: Path) -> None:
+    db = tmp_path / "mnemos.db"
+    assert mnemos("migrate", "--database-url", f"sqlite:///{db}").returncode == 0
+    done = mnemos(
+        "reindex",
+        "--database-url",
+        f"sqlite:///{db}",
+        env={"MNEMOS_EMBEDDER": "http://127.0.0.1:1", "MNEMOS_EMBEDDER_MODEL": "m"},
+    )
+    assert refused_in_one_json_line(done)["code"] == "embedder_unavailable"
+
+
+# --- 8. `mnemos reindex` from a shell without the server's embedder settings ----------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review21 finding 8: `mnemos reindex` under another MNEMOS_EMBEDDER (the shell's "
+    "default `local`) deletes every vector of the server's model first: the server's semantic "
+    "search then finds nothing, and nothing queues the memories for it again",
+)
+def test_a_reindex_under_another_model_leaves_the_servers_search_by_meaning(
+    settings: Settings, store: Store, world: World, database_url: str
+) -> None:
+    """README: the admin commands "must name the same [database] as the server"; nothing says
+    the same of `MNEMOS_EMBEDDER*`, and `reindex` reads them from its own shell. Run there
+    without the server's endpoint settings (the README's `. .venv/bin/activate`, then
+    `mnemos reindex`), `queue_for_model` deletes every chunk of any other model at its start,
+    the server's included, and embeds everything with the local model, which the server never
+    reads. The server's worker only drains the queue, so its semantic search stays empty (and
+    hybrid ranks by words alone) until someone reindexes with the server's settings."""
+    from mnemos.api.app import create_app
+    from mnemos.embedding import load_embedder
+    from mnemos.indexer import drain
+    from tests.test_recall import AISLE, QUESTION, Renamed, put, search
+
+    local = load_embedder("local")
+    assert local is not None
+    served_model = Renamed(local, "the-servers-endpoint-model")
+    ann = world.user("Ann", "acme")
+    bot = world.agent(ann)
+    with TestClient(create_app(settings, store, served_model)) as client:
+        stored = put(client, bot, AISLE)
+        drain(store, served_model, 64, lambda _n: None)
+        assert [row["id"] for row in search(client, bot, mode="semantic")["data"]] == [stored]
+    # The server stopped meanwhile, so that its worker does not race the command for the queue
+    # (running, it would take some of the queued memories back under its model: a mix).
+    done = mnemos("reindex", "--database-url", database_url, env={"MNEMOS_EMBEDDER": "local"})
+    assert done.returncode == 0, done.stderr[-600:]
+    drain(store, served_model, 64, lambda _n: None)  # whatever the server's worker would do
+    with TestClient(create_app(settings, store, served_model)) as client:
+        found = search(client, bot, QUESTION, mode="semantic")["data"]
+        assert [row["id"] for row in found] == [stored]
