@@ -97,12 +97,12 @@ def answering(port: int, process: subprocess.Popen[bytes]) -> None:
         time.sleep(0.2)
 
 
-# --- 1. a second `serve --workers` joins the port of a running one --------------------------------
+# --- 2. a second `serve --workers` joins the port of a running one --------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 1: a second `serve --workers N` on a port a running one serves "
+    reason="review21 finding 2: a second `serve --workers N` on a port a running one serves "
     "binds it too (SO_REUSEPORT): the kernel splits the clients between two databases",
 )
 def test_a_second_server_with_workers_is_refused_the_port_of_a_running_one(
@@ -131,12 +131,12 @@ def test_a_second_server_with_workers_is_refused_the_port_of_a_running_one(
         assert first.poll() is None
 
 
-# --- 2. settings the server cannot run with: a traceback, not the variable ------------------------
+# --- 6. settings the server cannot run with: a traceback, not the variable ------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 2: a MNEMOS_* value the server cannot take ends every command in a "
+    reason="review21 finding 6: a MNEMOS_* value the server cannot take ends every command in a "
     "traceback naming a pydantic field (or a file), not the variable",
 )
 @pytest.mark.parametrize(
@@ -171,7 +171,7 @@ def test_a_bad_setting_is_one_line_naming_its_variable(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 3: `mnemos doctor` says `ok configuration` (exit 0) for settings "
+    reason="review21 finding 7: `mnemos doctor` says `ok configuration` (exit 0) for settings "
     "`serve` refuses to start with (an embeddings URL without a model, a missing JWKS file)",
 )
 @pytest.mark.parametrize(
@@ -190,12 +190,12 @@ def test_doctor_finds_the_settings_serve_refuses(tmp_path: Path, env: dict[str, 
     assert done.returncode == 1
 
 
-# --- 4. a database URL that is wrong: tracebacks from every command but doctor ---------------
+# --- 8. a database URL that is wrong: tracebacks from every command but doctor ---------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 4: an unknown scheme, a bare path, an unreachable PostgreSQL or a "
+    reason="review21 finding 8: an unknown scheme, a bare path, an unreachable PostgreSQL or a "
     "MNEMOS_DATA_DIR that cannot be made ends the commands in a traceback, not the JSON refusal",
 )
 @pytest.mark.parametrize(
@@ -227,7 +227,7 @@ def test_a_wrong_database_is_refused_in_the_json_shape(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 5: `serve` on an unreachable PostgreSQL, with `--workers` on a "
+    reason="review21 finding 9: `serve` on an unreachable PostgreSQL, with `--workers` on a "
     "busy port, or with an unknown `--log-level` ends in a traceback",
 )
 @pytest.mark.parametrize("case", ["unreachable", "busy_port_workers", "log_level"])
@@ -260,7 +260,7 @@ def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path, cas
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 5: `mnemos mcp --log-level verbose` ends in a traceback",
+    reason="review21 finding 9: `mnemos mcp --log-level verbose` ends in a traceback",
 )
 def test_mcp_refuses_an_unknown_log_level_in_one_line(tmp_path: Path) -> None:
     db = tmp_path / "mnemos.db"
@@ -278,12 +278,12 @@ def test_mcp_refuses_an_unknown_log_level_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr, done.stderr[-600:]
 
 
-# --- 6. PostgreSQL: what docs/deploying.md says transaction pooling may rely on ---------------
+# --- 5. PostgreSQL: what docs/deploying.md says transaction pooling may rely on ---------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 6: psycopg prepares Mnemos's repeated statements on the server "
+    reason="review21 finding 5: psycopg prepares Mnemos's repeated statements on the server "
     "(per connection, across transactions): transaction pooling is not safe as documented",
 )
 def test_no_statement_is_prepared_on_a_pooled_connection(settings: Settings, world: World) -> None:
@@ -314,12 +314,12 @@ def test_no_statement_is_prepared_on_a_pooled_connection(settings: Settings, wor
         store.close()
 
 
-# --- 7. `export --out` / `admin export-subject --out` the database itself -------------------------
+# --- 1. `export --out` / `admin export-subject --out` the database itself -------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 7: `export --out` or `admin export-subject --out` naming the SQLite "
+    reason="review21 finding 1: `export --out` or `admin export-subject --out` naming the SQLite "
     "database renames the NDJSON over it: every row is gone",
 )
 @pytest.mark.parametrize("command", ["export", "export-subject"])
@@ -353,7 +353,7 @@ def test_an_export_into_the_database_file_is_refused(tmp_path: Path, command: st
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 4: `mnemos reindex` with an embeddings endpoint that does not "
+    reason="review21 finding 8: `mnemos reindex` with an embeddings endpoint that does not "
     "answer ends in an EmbedderUnavailable traceback (it is built outside the refusals)",
 )
 def test_reindex_with_an_endpoint_that_does_not_answer_is_the_json_refusal(tmp_path: Path) -> None:
@@ -368,12 +368,12 @@ def test_reindex_with_an_endpoint_that_does_not_answer_is_the_json_refusal(tmp_p
     assert refused_in_one_json_line(done)["code"] == "embedder_unavailable"
 
 
-# --- 8. `mnemos reindex` from a shell without the server's embedder settings ----------------------
+# --- 3. `mnemos reindex` from a shell without the server's embedder settings ----------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 8: `mnemos reindex` under another MNEMOS_EMBEDDER (the shell's "
+    reason="review21 finding 3: `mnemos reindex` under another MNEMOS_EMBEDDER (the shell's "
     "default `local`) deletes every vector of the server's model first: the server's semantic "
     "search then finds nothing, and nothing queues the memories for it again",
 )
@@ -411,7 +411,7 @@ def test_a_reindex_under_another_model_leaves_the_servers_search_by_meaning(
         assert [row["id"] for row in found] == [stored]
 
 
-# --- 9. an older Mnemos against a schema a newer one migrated (the documented rolling upgrade) ----
+# --- 4. an older Mnemos against a schema a newer one migrated (the documented rolling upgrade) ----
 
 NEWER = "9999_from_a_newer_mnemos"
 
@@ -428,7 +428,7 @@ def _migrated_by_a_newer_mnemos(db: Path) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 9: an older Mnemos cannot start or run a command on a database a "
+    reason="review21 finding 4: an older Mnemos cannot start or run a command on a database a "
     "newer one migrated (alembic's CommandError traceback), against docs/deploying.md's "
     "rolling upgrade; doctor tells the operator to run `mnemos migrate`, which fails the same",
 )
