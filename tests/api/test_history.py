@@ -3,6 +3,7 @@ request, and in the same transaction as the change (a refused change leaves no h
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -241,3 +242,46 @@ def test_history_answers_in_pages_that_add_up_to_the_whole(
     for answer in refused:
         assert answer.status_code == 422, answer.text
         assert answer.json()["error"]["code"] == "invalid_pagination", answer.text
+
+
+def test_a_late_history_page_reads_from_its_cursor_not_past_the_rows_before_it(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """Pages continue from the previous page's last change (the history's key), never by an
+    OFFSET: a late page of a long history (review18: anyone allowed to change a memory can grow
+    it) costs what its rows cost, and its rows are the same as by offset."""
+    ann = world.user("Ann", "acme")
+    memory = stored(client, world.agent(ann), scope="subject", subject_id=ann.id)
+    for _ in range(3):
+        for action in ("archive", "restore"):
+            answer = client.post(f"{HUMAN}/{memory['id']}/{action}", headers=ann.headers)
+            assert answer.status_code == 200, answer.text
+    url = f"{HUMAN}/{memory['id']}/history"
+    whole = client.get(url, headers=ann.headers).json()["data"]
+    offsets: list[Any] = []  # each page's OFFSET: SQLite writes one (0) with any LIMIT
+
+    def listener(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if "memory_history" not in statement:
+            return
+        found = re.search(r"OFFSET (\?|%\((\w+)\)s)", statement)
+        if found is None:
+            offsets.append(0)
+        else:
+            name = found.group(2)
+            offsets.append(parameters[-1] if name is None else parameters[name])
+
+    engine = store._read_engine  # type: ignore[attr-defined]
+    sa.event.listen(engine, "before_cursor_execute", listener)
+    try:
+        paged, cursor = [], None
+        while True:
+            params: dict[str, Any] = {"limit": 2} | ({"cursor": cursor} if cursor else {})
+            body = client.get(url, params=params, headers=ann.headers).json()
+            paged += body["data"]
+            cursor = body["meta"]["next_cursor"]
+            if cursor is None:
+                break
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", listener)
+    assert paged == whole and len(whole) == 7
+    assert offsets == [0, 0, 0, 0]

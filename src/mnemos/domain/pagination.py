@@ -104,17 +104,17 @@ class CursorCodec:
         except (ValueError, KeyError, TypeError, AttributeError):
             raise _malformed() from None
 
-    def encode_history(self, memory_id: uuid.UUID, offset: int) -> str:
-        return self._seal({"h": str(memory_id), "o": offset})
+    def encode_history(self, memory_id: uuid.UUID, after: int) -> str:
+        return self._seal({"h": str(memory_id), "a": after})
 
     def decode_history(self, cursor: str, memory_id: uuid.UUID) -> int:
-        """The offset a memory's history cursor names: `invalid_pagination` for anything forged
-        or broken, or for another memory's cursor."""
+        """The place in a memory's history its cursor continues after (`Store.history_page`):
+        `invalid_pagination` for anything forged or broken, or for another memory's cursor."""
         data = self._open(cursor)
         try:
-            offset = data["o"]
-            if not isinstance(offset, int) or offset < 0:
-                raise TypeError("not an offset")
+            after = data["a"]
+            if not isinstance(after, int) or after < 0:
+                raise TypeError("not a place")
             of = uuid.UUID(data["h"])
         except (ValueError, KeyError, TypeError, AttributeError):
             raise _malformed() from None
@@ -122,7 +122,7 @@ class CursorCodec:
             raise InvalidPagination(
                 "cursor is invalid", details={"cursor": "belongs to another memory's history"}
             )
-        return offset
+        return after
 
     def decode_recall(self, cursor: str, search: str) -> RecallPosition:
         """The position a search's cursor names: `invalid_pagination` for anything forged or

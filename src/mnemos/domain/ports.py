@@ -260,10 +260,11 @@ class RightsStore(Protocol):
 
     @abc.abstractmethod
     def history_page(
-        self, tenants: Tenants, memory_id: uuid.UUID, offset: int, limit: int
-    ) -> list[Change]:
-        """Up to `limit` changes of a memory (of `tenants`), oldest first, after the first
-        `offset` (history is append-only: an offset is a stable place)."""
+        self, tenants: Tenants, memory_id: uuid.UUID, after: int, limit: int
+    ) -> list[tuple[int, Change]]:
+        """Up to `limit` changes of a memory (of `tenants`), oldest first, each with its place in
+        the history (increasing; history is append-only, so a place is stable): the changes
+        after place `after` (0: from the first). Reads only the rows it answers, at any depth."""
 
     @abc.abstractmethod
     def set_retention(self, policy: RetentionPolicy) -> bool:

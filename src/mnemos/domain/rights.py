@@ -148,9 +148,10 @@ class RightsService:
                 details={"limit": f"must be 1..{MAX_LIMIT}"},
             )
         codec = self.human.memories.codec
-        offset = 0 if cursor is None else codec.decode_history(cursor, memory.id)
+        after = 0 if cursor is None else codec.decode_history(cursor, memory.id)
         tenants = Tenants((memory.tenant_id,))
-        changes = self.store.history_page(tenants, memory.id, offset, limit + 1)
-        more = len(changes) > limit
-        after = codec.encode_history(memory.id, offset + limit) if more else None
-        return HistoryPage(changes[:limit], after)
+        placed = self.store.history_page(tenants, memory.id, after, limit + 1)
+        shown = placed[:limit]
+        more = len(placed) > limit
+        next_cursor = codec.encode_history(memory.id, shown[-1][0]) if more else None
+        return HistoryPage([change for _, change in shown], next_cursor)

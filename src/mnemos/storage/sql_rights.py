@@ -191,11 +191,14 @@ class RightsSql(SqlBase):
         return found
 
     def history_page(
-        self, tenants: Tenants, memory_id: uuid.UUID, offset: int, limit: int
-    ) -> list[Change]:
-        query = _history(tenants, [memory_id]).order_by(H.pk).offset(offset).limit(limit)
+        self, tenants: Tenants, memory_id: uuid.UUID, after: int, limit: int
+    ) -> list[tuple[int, Change]]:
+        # By the history's key from `after` on (`ix_memory_history_memory`: memory, pk): a late
+        # page does not read the rows before it, as an OFFSET would.
+        query = _history(tenants, [memory_id]).add_columns(H.pk).where(H.pk > after)
         with self._read() as conn:
-            return list(_changes(conn.execute(query)))
+            rows = conn.execute(query.order_by(H.pk).limit(limit)).all()
+        return list(zip([row[-1] for row in rows], _changes(row[:-1] for row in rows), strict=True))
 
     # --- retention -------------------------------------------------------------------------
 
