@@ -314,3 +314,40 @@ def test_an_answer_whose_indexes_are_not_each_text_once_is_refused(
     server.answer = numbered
     with pytest.raises(EmbedderUnavailable):
         embedder.embed(["one", "two"])
+
+
+# --- 6. a model whose vectors are not a multiple of 8 long ----------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review22 finding 6: vectors whose size is not a multiple of 8 make every search by "
+    "meaning a 500",
+)
+@pytest.mark.parametrize("mode", ["hybrid", "semantic"])
+def test_a_model_of_any_vector_size_searches_by_meaning(
+    settings: Settings,
+    store: Store,
+    acme: dict[str, Actor],  # noqa: F811
+    server: EmbeddingsServer,
+    mode: str,
+) -> None:
+    """An endpoint whose model answers 300 numbers (GloVe/fastText-style sentence models,
+    `average_word_embeddings_glove.6B.300d`; any size an operator's model has) is accepted:
+    the startup probe learns 300 and the worker stores its vectors. But the sign-bit pass
+    packs 300 signs into 38 bytes and `sign_scores` reshapes the query to `(38, 8)`: every
+    search by meaning, hybrid included (a `ValueError`, no fallback), is a 500 for every
+    tenant. Suggested: pad the query to the packed width (zeros past the last component)
+    in `sign_scores`, or refuse a size that is not a multiple of 8 when the embedder is built
+    (one line at startup instead of a 500 on every search)."""
+    server.answer = lambda body: good_answer(body, dims=300)
+    embedder = load_embedder(server.url, model="m")  # asked at startup: 300
+    assert isinstance(embedder, EndpointEmbedder) and embedder.dimensions == 300
+    with _app(settings, store, embedder) as client:
+        aisle = put(client, acme["writer"], AISLE)
+        drain(store, embedder)
+        found = client.get(
+            SEARCH, params={"query": WORDS, "mode": mode}, headers=acme["writer"].headers
+        )
+    assert found.status_code == 200, found.text
+    assert [row["id"] for row in found.json()["data"]] == [aisle]
