@@ -223,7 +223,44 @@ def test_a_model_answering_another_size_under_its_name_does_not_break_search(
         assert aisle in [row["id"] for row in found.json()["data"]]
 
 
-# --- 4. the endpoint's timeout bounds each read, not the call -------------------------------------
+# --- 4. a model whose vectors are not a multiple of 8 long ----------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review22 finding 4: vectors whose size is not a multiple of 8 make every search by "
+    "meaning a 500",
+)
+@pytest.mark.parametrize("mode", ["hybrid", "semantic"])
+def test_a_model_of_any_vector_size_searches_by_meaning(
+    settings: Settings,
+    store: Store,
+    acme: dict[str, Actor],  # noqa: F811
+    server: EmbeddingsServer,
+    mode: str,
+) -> None:
+    """An endpoint whose model answers 300 numbers (GloVe/fastText-style sentence models,
+    `average_word_embeddings_glove.6B.300d`; any size an operator's model has) is accepted:
+    the startup probe learns 300 and the worker stores its vectors. But the sign-bit pass
+    packs 300 signs into 38 bytes and `sign_scores` reshapes the query to `(38, 8)`: every
+    search by meaning, hybrid included (a `ValueError`, no fallback), is a 500 for every
+    tenant. Suggested: pad the query to the packed width (zeros past the last component)
+    in `sign_scores`, or refuse a size that is not a multiple of 8 when the embedder is built
+    (one line at startup instead of a 500 on every search)."""
+    server.answer = lambda body: good_answer(body, dims=300)
+    embedder = load_embedder(server.url, model="m")  # asked at startup: 300
+    assert isinstance(embedder, EndpointEmbedder) and embedder.dimensions == 300
+    with _app(settings, store, embedder) as client:
+        aisle = put(client, acme["writer"], AISLE)
+        drain(store, embedder)
+        found = client.get(
+            SEARCH, params={"query": WORDS, "mode": mode}, headers=acme["writer"].headers
+        )
+    assert found.status_code == 200, found.text
+    assert [row["id"] for row in found.json()["data"]] == [aisle]
+
+
+# --- 5. the endpoint's timeout bounds each read, not the call -------------------------------------
 
 
 class Dripping:
@@ -263,7 +300,7 @@ class Dripping:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review22 finding 4: MNEMOS_EMBEDDER_TIMEOUT_SECONDS bounds each socket read, not "
+    reason="review22 finding 5: MNEMOS_EMBEDDER_TIMEOUT_SECONDS bounds each socket read, not "
     "the call: a dripping endpoint is waited for without bound",
 )
 def test_the_endpoint_timeout_bounds_the_whole_call() -> None:
@@ -285,12 +322,12 @@ def test_the_endpoint_timeout_bounds_the_whole_call() -> None:
         dripping.close()
 
 
-# --- 5. the answer's indexes are not checked ------------------------------------------------------
+# --- 6. the answer's indexes are not checked ------------------------------------------------------
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review22 finding 5: an answer whose indexes repeat or skip is taken, vectors given "
+    reason="review22 finding 6: an answer whose indexes repeat or skip is taken, vectors given "
     "to the wrong texts",
 )
 @pytest.mark.parametrize("indexes", [(1, 1), (0, 2), (0, 0)])
@@ -314,40 +351,3 @@ def test_an_answer_whose_indexes_are_not_each_text_once_is_refused(
     server.answer = numbered
     with pytest.raises(EmbedderUnavailable):
         embedder.embed(["one", "two"])
-
-
-# --- 6. a model whose vectors are not a multiple of 8 long ----------------------------------------
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 6: vectors whose size is not a multiple of 8 make every search by "
-    "meaning a 500",
-)
-@pytest.mark.parametrize("mode", ["hybrid", "semantic"])
-def test_a_model_of_any_vector_size_searches_by_meaning(
-    settings: Settings,
-    store: Store,
-    acme: dict[str, Actor],  # noqa: F811
-    server: EmbeddingsServer,
-    mode: str,
-) -> None:
-    """An endpoint whose model answers 300 numbers (GloVe/fastText-style sentence models,
-    `average_word_embeddings_glove.6B.300d`; any size an operator's model has) is accepted:
-    the startup probe learns 300 and the worker stores its vectors. But the sign-bit pass
-    packs 300 signs into 38 bytes and `sign_scores` reshapes the query to `(38, 8)`: every
-    search by meaning, hybrid included (a `ValueError`, no fallback), is a 500 for every
-    tenant. Suggested: pad the query to the packed width (zeros past the last component)
-    in `sign_scores`, or refuse a size that is not a multiple of 8 when the embedder is built
-    (one line at startup instead of a 500 on every search)."""
-    server.answer = lambda body: good_answer(body, dims=300)
-    embedder = load_embedder(server.url, model="m")  # asked at startup: 300
-    assert isinstance(embedder, EndpointEmbedder) and embedder.dimensions == 300
-    with _app(settings, store, embedder) as client:
-        aisle = put(client, acme["writer"], AISLE)
-        drain(store, embedder)
-        found = client.get(
-            SEARCH, params={"query": WORDS, "mode": mode}, headers=acme["writer"].headers
-        )
-    assert found.status_code == 200, found.text
-    assert [row["id"] for row in found.json()["data"]] == [aisle]
