@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -351,3 +352,33 @@ def test_an_answer_whose_indexes_are_not_each_text_once_is_refused(
     server.answer = numbered
     with pytest.raises(EmbedderUnavailable):
         embedder.embed(["one", "two"])
+
+
+# --- 7. an answer is parsed whole, up to 64 MB ----------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review22 finding 7: an endpoint's oversized answer is parsed whole (18x its size "
+    "in memory) before its size is checked",
+)
+def test_an_oversized_answer_is_refused_before_it_is_parsed(server: EmbeddingsServer) -> None:
+    """`_request` reads up to `MAX_ANSWER_BYTES` (64 MB) whatever was asked, and `_vectors`
+    parses it into Python lists (measured: 18 times the answer's size, ~1.2 GB for 64 MB)
+    before it finds the vectors too long. One text of 8 dimensions needs well under a
+    kilobyte; here the endpoint answers 4 MB (one vector of a million numbers) and the call
+    holds ~73 MB at its peak; a 64 MB answer on each remote embedding thread and the worker at
+    once is several GB in one process. Suggested: bound the read by what was asked (`count x
+    dimensions x ~32 bytes` plus a margin, the startup probe's answer being one word), so an
+    answer past it is refused unread."""
+    embedder = _endpoint(server)
+    huge = b'{"data":[{"index":0,"embedding":[' + b"1.5," * 999_999 + b"1.5]}]}"
+    server.answer = lambda _body: (200, huge)
+    tracemalloc.start()
+    try:
+        with pytest.raises(EmbedderUnavailable):
+            embedder.embed(["one"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * len(huge), f"held {peak / 1e6:.0f} MB for a {len(huge) / 1e6:.0f} MB answer"
