@@ -283,7 +283,8 @@ class Dripping:
                 return
             with conn:
                 conn.recv(65536)
-                body = json.dumps({"data": [{"index": 0, "embedding": [1.0, 2.0]}]}).encode()
+                answer = json.dumps({"data": [{"index": 0, "embedding": [1.0, 2.0]}]})
+                body = answer.ljust(100).encode()  # JSON may end in spaces: ~10 s of drips
                 head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                 try:
                     conn.sendall(head)
@@ -308,15 +309,15 @@ def test_the_endpoint_timeout_bounds_the_whole_call() -> None:
     """docs/search.md: `MNEMOS_EMBEDDER_TIMEOUT_SECONDS` is "how long one call to the endpoint
     may take"; `urlopen(timeout=...)` bounds each blocking socket operation, so an endpoint
     (or a proxy in front of it) that sends a byte more often than the timeout holds the call
-    for as long as it drips: here a 1 s timeout and an answer of ~50 bytes at 0.1 s each is a
-    success after ~5 s, where the call should have failed at 1 s. Meanwhile the query's
+    for as long as it drips: here a 3 s timeout and an answer of 100 bytes at 0.1 s each is a
+    success after ~10 s, where the call should have failed at 3 s. Meanwhile the query's
     embedding holds one of the remote embedding threads (every search by meaning waits for one)
     and the worker's batch holds its claim. Suggested: a deadline for the whole call (read the
     body in pieces and check `time.monotonic()` against it, or run the request under a timer
     that closes the socket)."""
     dripping = Dripping(every=0.1)
     try:
-        embedder = EndpointEmbedder(dripping.url, "m", dimensions=2, timeout_seconds=1.0)
+        embedder = EndpointEmbedder(dripping.url, "m", dimensions=2, timeout_seconds=3.0)
         with pytest.raises(EmbedderUnavailable):
             embedder.embed(["one"])
     finally:
