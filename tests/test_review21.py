@@ -259,8 +259,9 @@ def test_mcp_refuses_an_unknown_log_level_in_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 5: psycopg prepares Mnemos's repeated statements on the server "
-    "(per connection, across transactions): transaction pooling is not safe as documented",
+    reason="review21 finding 5 (documented, not fixed): psycopg prepares Mnemos's repeated "
+    "statements on the server (per connection, across transactions); docs/deploying.md now says "
+    "transaction pooling is not safe: session pooling",
 )
 def test_no_statement_is_prepared_on_a_pooled_connection(settings: Settings, world: World) -> None:
     """docs/deploying.md, "Connection pooling": "Mnemos uses no session state (no prepared
@@ -286,6 +287,29 @@ def test_no_statement_is_prepared_on_a_pooled_connection(settings: Settings, wor
         with engine.connect() as conn:  # the pool's one connection, the requests' own
             prepared = conn.exec_driver_sql("SELECT name FROM pg_prepared_statements").all()
         assert prepared == []
+    finally:
+        store.close()
+
+
+def test_a_process_holds_at_most_four_times_the_pool_size_on_the_primary(
+    settings: Settings,
+) -> None:
+    """docs/deploying.md, "Connection pooling" (review21 finding 5, corrected there): size
+    `max_connections` for `processes x 4 x pool size`: two pools on the primary (reads and
+    writes; searches), each of `MNEMOS_DB_POOL_SIZE` with as many again in overflow. A pool
+    added to the store must come with the arithmetic corrected."""
+    if settings.database_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL's connections only")
+    three = settings.model_copy(update={"db_pool_size": 3})
+    store: Store = open_store(three)
+    try:
+        engines = [
+            getattr(store, name)
+            for name in vars(store)
+            if name.endswith("_engine") and getattr(store, name) is not None
+        ]
+        pools = {id(engine.pool): engine.pool for engine in engines}
+        assert sum(pool.size() + pool._max_overflow for pool in pools.values()) == 4 * 3
     finally:
         store.close()
 
