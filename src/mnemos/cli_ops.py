@@ -48,7 +48,7 @@ def refusals() -> Iterator[None]:
         _refuse(exc)
     except sa.exc.OperationalError as exc:
         reason = " ".join(str(exc.orig or exc).split())[:300]
-        _refuse(StorageUnavailable(f"The database does not answer: {reason}", {"reason": reason}))
+        _refuse(StorageUnavailable(f"The database cannot be reached: {reason}", {"reason": reason}))
     except OSError as exc:
         reason = exc.strerror or str(exc)
         where = {"path": str(exc.filename)} if exc.filename is not None else {}
