@@ -134,11 +134,6 @@ def test_a_second_server_with_workers_is_refused_the_port_of_a_running_one(
 # --- 6. settings the server cannot run with: a traceback, not the variable ------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 6: a MNEMOS_* value the server cannot take ends every command in a "
-    "traceback naming a pydantic field (or a file), not the variable",
-)
 @pytest.mark.parametrize(
     ("command", "variable", "value"),
     [
@@ -169,11 +164,6 @@ def test_a_bad_setting_is_one_line_naming_its_variable(
     assert variable in done.stderr, done.stderr[-600:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 7: `mnemos doctor` says `ok configuration` (exit 0) for settings "
-    "`serve` refuses to start with (an embeddings URL without a model, a missing JWKS file)",
-)
 @pytest.mark.parametrize(
     "env",
     [
@@ -193,11 +183,6 @@ def test_doctor_finds_the_settings_serve_refuses(tmp_path: Path, env: dict[str, 
 # --- 8. a database URL that is wrong: tracebacks from every command but doctor ---------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 8: an unknown scheme, a bare path, an unreachable PostgreSQL or a "
-    "MNEMOS_DATA_DIR that cannot be made ends the commands in a traceback, not the JSON refusal",
-)
 @pytest.mark.parametrize(
     ("args", "env"),
     [
@@ -225,11 +210,6 @@ def test_a_wrong_database_is_refused_in_the_json_shape(
     refused_in_one_json_line(done)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 9: `serve` on an unreachable PostgreSQL, with `--workers` on a "
-    "busy port, or with an unknown `--log-level` ends in a traceback",
-)
 @pytest.mark.parametrize("case", ["unreachable", "busy_port_workers", "log_level"])
 def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path, case: str) -> None:
     """One worker on a busy port says so in one line (uvicorn's "address already in use", exit
@@ -258,10 +238,6 @@ def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path, cas
     assert "Traceback" not in done.stderr, done.stderr[-600:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 9: `mnemos mcp --log-level verbose` ends in a traceback",
-)
 def test_mcp_refuses_an_unknown_log_level_in_one_line(tmp_path: Path) -> None:
     db = tmp_path / "mnemos.db"
     assert mnemos("migrate", "--database-url", f"sqlite:///{db}").returncode == 0
@@ -283,8 +259,9 @@ def test_mcp_refuses_an_unknown_log_level_in_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="review21 finding 5: psycopg prepares Mnemos's repeated statements on the server "
-    "(per connection, across transactions): transaction pooling is not safe as documented",
+    reason="review21 finding 5 (documented, not fixed): psycopg prepares Mnemos's repeated "
+    "statements on the server (per connection, across transactions); docs/deploying.md now says "
+    "transaction pooling is not safe: session pooling",
 )
 def test_no_statement_is_prepared_on_a_pooled_connection(settings: Settings, world: World) -> None:
     """docs/deploying.md, "Connection pooling": "Mnemos uses no session state (no prepared
@@ -310,6 +287,29 @@ def test_no_statement_is_prepared_on_a_pooled_connection(settings: Settings, wor
         with engine.connect() as conn:  # the pool's one connection, the requests' own
             prepared = conn.exec_driver_sql("SELECT name FROM pg_prepared_statements").all()
         assert prepared == []
+    finally:
+        store.close()
+
+
+def test_a_process_holds_at_most_four_times_the_pool_size_on_the_primary(
+    settings: Settings,
+) -> None:
+    """docs/deploying.md, "Connection pooling" (review21 finding 5, corrected there): size
+    `max_connections` for `processes x 4 x pool size`: two pools on the primary (reads and
+    writes; searches), each of `MNEMOS_DB_POOL_SIZE` with as many again in overflow. A pool
+    added to the store must come with the arithmetic corrected."""
+    if settings.database_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL's connections only")
+    three = settings.model_copy(update={"db_pool_size": 3})
+    store: Store = open_store(three)
+    try:
+        engines = [
+            getattr(store, name)
+            for name in vars(store)
+            if name.endswith("_engine") and getattr(store, name) is not None
+        ]
+        pools = {id(engine.pool): engine.pool for engine in engines}
+        assert sum(pool.size() + pool._max_overflow for pool in pools.values()) == 4 * 3
     finally:
         store.close()
 
@@ -351,11 +351,6 @@ def test_an_export_into_the_database_file_is_refused(tmp_path: Path, command: st
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 8: `mnemos reindex` with an embeddings endpoint that does not "
-    "answer ends in an EmbedderUnavailable traceback (it is built outside the refusals)",
-)
 def test_reindex_with_an_endpoint_that_does_not_answer_is_the_json_refusal(tmp_path: Path) -> None:
     db = tmp_path / "mnemos.db"
     assert mnemos("migrate", "--database-url", f"sqlite:///{db}").returncode == 0

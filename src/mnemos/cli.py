@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from mnemos.cli_ops import refusals, register
-from mnemos.config import Settings, load_settings
+from mnemos.config import LOG_LEVELS, Settings, load_settings
 from mnemos.domain import accounts
 from mnemos.domain.ids import iso
 from mnemos.domain.tuya import ROLE_ID
 from mnemos.domain.tuya_auth import new_project_credentials
 from mnemos.errors import MCP_INSTALL, NotFound, invalid_field
-from mnemos.storage import check_settings, open_store, require_database
 from mnemos.storage import migrate as run_migrations
+from mnemos.storage import open_store, require_database
 from mnemos.storage.base import Store
 
 if TYPE_CHECKING:
@@ -66,7 +66,19 @@ def _uuid(_ctx: click.Context, param: click.Parameter, value: str | None) -> uui
         raise click.BadParameter("must be a UUID", param=param) from None
 
 
-@click.group()
+class _Refusing(click.Group):
+    """Every command, run inside `refusals()`: what it refuses (a setting, a database that is
+    not there or does not answer, ...) is one JSON line on stderr and exit 1, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with refusals():
+            return super().invoke(ctx)
+
+
+log_level_choice = click.Choice(LOG_LEVELS, case_sensitive=False)
+
+
+@click.group(cls=_Refusing)
 @click.version_option(package_name="mnemos")
 def main() -> None:
     """Mnemos: a memory server for AI agents."""
@@ -76,7 +88,7 @@ def main() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
-@click.option("--log-level", default=None, help="debug, info, ... (default: MNEMOS_LOG_LEVEL)")
+@click.option("--log-level", type=log_level_choice, help="(default: MNEMOS_LOG_LEVEL)")
 @database_option
 def serve(
     host: str, port: int, workers: int, log_level: str | None, database_url: str | None
@@ -90,10 +102,6 @@ def serve(
         )
     settings = load_settings(database_url=database_url)
     log_level = log_level or settings.log_level
-    try:
-        check_settings(settings)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
     run_migrations(settings)
     # Worker processes build their own settings from the environment: hand them the URL.
     os.environ["MNEMOS_DATABASE_URL"] = settings.resolved_database_url()
@@ -115,7 +123,7 @@ def serve(
     help="The caller: an agent's API key (mn_agent_...), or a person's key or token "
     "(default: MNEMOS_API_KEY).",
 )
-@click.option("--log-level", default="warning", show_default=True)
+@click.option("--log-level", type=log_level_choice, default="warning", show_default=True)
 @database_option
 def mcp_stdio(api_key: str, log_level: str, database_url: str | None) -> None:
     """Serve the MCP memory tools over stdio (for Claude Desktop, Claude Code, ...): protocol

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import click
+import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 
 from mnemos.config import load_settings
-from mnemos.errors import CannotWrite, MnemosError
+from mnemos.errors import CannotWrite, MnemosError, StorageUnavailable, SystemRefused
 from mnemos.storage import alembic_config, require_database
 from mnemos.storage import migrate as run_migrations
 
@@ -38,14 +39,28 @@ def _emit(payload: dict[str, Any]) -> None:
 
 @contextmanager
 def refusals() -> Iterator[None]:
+    """A refusal as one `{"error": ...}` line on stderr, exit 1 (docs/operations.md). Wraps
+    every command (`cli.main`); besides Mnemos's own errors, what the host refuses: a database
+    that does not answer or refuses the role, a directory, file or address the system denies."""
     try:
         yield
     except MnemosError as exc:
-        error: dict[str, Any] = {"code": exc.code, "message": exc.message}
-        if exc.details is not None:
-            error["details"] = exc.details
-        click.echo(json.dumps({"error": error}), err=True)
-        sys.exit(1)
+        _refuse(exc)
+    except sa.exc.OperationalError as exc:
+        reason = " ".join(str(exc.orig or exc).split())[:300]
+        _refuse(StorageUnavailable(f"The database cannot be reached: {reason}", {"reason": reason}))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        where = {"path": str(exc.filename)} if exc.filename is not None else {}
+        _refuse(SystemRefused(f"{reason}: {exc.filename}" if where else reason, where or None))
+
+
+def _refuse(exc: MnemosError) -> None:
+    error: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.details is not None:
+        error["details"] = exc.details
+    click.echo(json.dumps({"error": error}), err=True)
+    sys.exit(1)
 
 
 @contextmanager

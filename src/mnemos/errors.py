@@ -178,6 +178,14 @@ class DatabaseMissing(MnemosError):
     status, code, default_message = 404, "database_missing", "No database at that address"
 
 
+class SystemRefused(MnemosError):
+    """The operating system refused what an operator's command needed: a directory that cannot
+    be made, a file that cannot be read, an address already in use."""
+
+    status, code = 500, "system_refused"
+    default_message = "The operating system refused what the command needed"
+
+
 class StorageUnavailable(MnemosError):
     status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
 
