@@ -26,7 +26,7 @@ from fastapi.testclient import TestClient
 from mnemos.config import Settings
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
-from tests.world import World, memory_body
+from tests.world import World
 
 STARTED_WITHIN = 120.0  # seconds a server gets to start on a busy shared machine (not a measure)
 UNREACHABLE_PG = "postgresql://mnemos@127.0.0.1:1/mnemos"  # nothing listens on port 1
@@ -255,40 +255,6 @@ def test_mcp_refuses_an_unknown_log_level_in_one_line(tmp_path: Path) -> None:
 
 
 # --- 5. PostgreSQL: what docs/deploying.md says transaction pooling may rely on ---------------
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 5 (documented, not fixed): psycopg prepares Mnemos's repeated "
-    "statements on the server (per connection, across transactions); docs/deploying.md now says "
-    "transaction pooling is not safe: session pooling",
-)
-def test_no_statement_is_prepared_on_a_pooled_connection(settings: Settings, world: World) -> None:
-    """docs/deploying.md, "Connection pooling": "Mnemos uses no session state (no prepared
-    statements across transactions, ...), so transaction pooling is safe". psycopg 3 prepares
-    a statement on the server once a connection ran it `prepare_threshold` (5) times, and uses
-    it in later transactions: behind PgBouncer in transaction mode (without
-    `max_prepared_statements`) those land on another server connection ("prepared statement
-    "_pg3_0" does not exist"). Mnemos never sets `prepare_threshold=None`."""
-    if settings.database_url.startswith("sqlite"):
-        pytest.skip("PostgreSQL's connections only")
-    one = settings.model_copy(update={"db_pool_size": 1})
-    store: Store = open_store(one)
-    try:
-        from mnemos.api.app import create_app
-
-        ann = world.user("Ann", "acme")
-        bot = world.agent(ann)
-        with TestClient(create_app(one, store)) as client:
-            client.post("/api/v1/agent/memories", headers=bot.headers, json=memory_body("a fact"))
-            for _ in range(8):
-                assert client.get("/api/v1/agent/memories", headers=bot.headers).status_code == 200
-        engine = store._read_engine  # type: ignore[attr-defined]
-        with engine.connect() as conn:  # the pool's one connection, the requests' own
-            prepared = conn.exec_driver_sql("SELECT name FROM pg_prepared_statements").all()
-        assert prepared == []
-    finally:
-        store.close()
 
 
 def test_a_process_holds_at_most_four_times_the_pool_size_on_the_primary(
