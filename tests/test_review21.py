@@ -100,11 +100,6 @@ def answering(port: int, process: subprocess.Popen[bytes]) -> None:
 # --- 2. a second `serve --workers` joins the port of a running one --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 2: a second `serve --workers N` on a port a running one serves "
-    "binds it too (SO_REUSEPORT): the kernel splits the clients between two databases",
-)
 def test_a_second_server_with_workers_is_refused_the_port_of_a_running_one(
     tmp_path: Path,
 ) -> None:
@@ -128,6 +123,8 @@ def test_a_second_server_with_workers_is_refused_the_port_of_a_running_one(
                 time.sleep(0.2)
             assert second.poll() is not None, "the second server serves the port too"
             assert second.returncode != 0
+            said = log.read_text()
+            assert "Traceback" not in said and f"cannot listen on 127.0.0.1:{port}" in said, said
         assert first.poll() is None
 
 
@@ -283,13 +280,11 @@ def test_a_process_holds_at_most_four_times_the_pool_size_on_the_primary(
 # --- 1. `export --out` / `admin export-subject --out` the database itself -------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 1: `export --out` or `admin export-subject --out` naming the SQLite "
-    "database renames the NDJSON over it: every row is gone",
-)
+@pytest.mark.parametrize("suffix", ["", "-wal"])
 @pytest.mark.parametrize("command", ["export", "export-subject"])
-def test_an_export_into_the_database_file_is_refused(tmp_path: Path, command: str) -> None:
+def test_an_export_into_the_database_file_is_refused(
+    tmp_path: Path, command: str, suffix: str
+) -> None:
     """review10 made `mnemos backup --out` refuse the database's own files (by path or inode);
     the two exports write `FILE.partial` and rename it over `--out` just the same
     (`cli_ops.whole_file`), so `--out ~/.local/share/mnemos/mnemos.db` (a tab completion, a
@@ -304,12 +299,15 @@ def test_an_export_into_the_database_file_is_refused(tmp_path: Path, command: st
         *("--org", org["id"], "--database-url", url),
     )
     user = json.loads(person.stdout)["id"]
+    out = str(db) + suffix
     args = {
-        "export": ("export", "--out", str(db)),
-        "export-subject": ("admin", "export-subject", "--user", user, "--out", str(db)),
+        "export": ("export", "--out", out),
+        "export-subject": ("admin", "export-subject", "--user", user, "--out", out),
     }[command]
     done = mnemos(*args, "--database-url", url)
-    assert done.returncode == 1, done.stdout
+    error = refused_in_one_json_line(done)
+    assert error["code"] == "cannot_write" and "database" in str(error["message"])
+    assert not Path(out + ".partial").exists()  # refused before anything was written
     store = open_store(Settings(database_url=url))
     try:
         assert store.get_organization(uuid.UUID(org["id"])) is not None
@@ -332,12 +330,6 @@ def test_reindex_with_an_endpoint_that_does_not_answer_is_the_json_refusal(tmp_p
 # --- 3. `mnemos reindex` from a shell without the server's embedder settings ----------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 3: `mnemos reindex` under another MNEMOS_EMBEDDER (the shell's "
-    "default `local`) deletes every vector of the server's model first: the server's semantic "
-    "search then finds nothing, and nothing queues the memories for it again",
-)
 def test_a_reindex_under_another_model_leaves_the_servers_search_by_meaning(
     settings: Settings, store: Store, world: World, database_url: str
 ) -> None:
@@ -365,11 +357,21 @@ def test_a_reindex_under_another_model_leaves_the_servers_search_by_meaning(
     # The server stopped meanwhile, so that its worker does not race the command for the queue
     # (running, it would take some of the queued memories back under its model: a mix).
     done = mnemos("reindex", "--database-url", database_url, env={"MNEMOS_EMBEDDER": "local"})
-    assert done.returncode == 0, done.stderr[-600:]
+    error = refused_in_one_json_line(done)  # the fix: refused, naming the models and the setting
+    assert error["code"] == "other_model_indexed" and "MNEMOS_EMBEDDER" in str(error["message"])
+    assert error["details"] == {"model": local.model, "indexed": [served_model.model]}
     drain(store, served_model, 64, lambda _n: None)  # whatever the server's worker would do
     with TestClient(create_app(settings, store, served_model)) as client:
         found = search(client, bot, QUESTION, mode="semantic")["data"]
         assert [row["id"] for row in found] == [stored]
+    # Told to switch, it replaces the server's vectors with its model's (the documented switch).
+    switched = mnemos(
+        *("reindex", "--switch-model", "--database-url", database_url),
+        env={"MNEMOS_EMBEDDER": "local"},
+    )
+    assert switched.returncode == 0, switched.stderr[-600:]
+    assert json.loads(switched.stdout)["embedded"] == 1
+    assert store.vector_models() == [local.model]
 
 
 # --- 4. an older Mnemos against a schema a newer one migrated (the documented rolling upgrade) ----
@@ -387,13 +389,7 @@ def _migrated_by_a_newer_mnemos(db: Path) -> None:
         conn.execute("UPDATE alembic_version SET version_num = ?", (NEWER,))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 4: an older Mnemos cannot start or run a command on a database a "
-    "newer one migrated (alembic's CommandError traceback), against docs/deploying.md's "
-    "rolling upgrade; doctor tells the operator to run `mnemos migrate`, which fails the same",
-)
-@pytest.mark.parametrize("case", ["serve", "admin", "doctor"])
+@pytest.mark.parametrize("case", ["serve", "admin", "migrate", "mcp", "doctor"])
 def test_an_older_mnemos_on_a_newer_schema(tmp_path: Path, case: str) -> None:
     """docs/deploying.md, "Upgrades": run `mnemos migrate` once with the new version, "then
     restart the processes one by one ... old processes keep working against the new schema
@@ -404,15 +400,31 @@ def test_an_older_mnemos_on_a_newer_schema(tmp_path: Path, case: str) -> None:
     migrate`", which fails the same way."""
     db = tmp_path / "mnemos.db"
     _migrated_by_a_newer_mnemos(db)
+    url = f"sqlite:///{db}"
+    newer = f"migrated by a newer Mnemos (revision {NEWER}): upgrade Mnemos"
+    # The fix (docs/deploying.md, "Upgrades"): refused in one line naming the revision, exit 1;
+    # serving a schema whose changes this Mnemos cannot know is not safe.
     if case == "serve":
-        port = free_port()
-        with served(db, port, log=tmp_path / "serve.log") as server:
-            answering(port, server)
+        done = mnemos("serve", "--port", str(free_port()), "--database-url", url, timeout=180)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-600:]
+        assert newer in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
         return
-    if case == "admin":
-        done = mnemos("admin", "create-org", "--name", "Acme", "--database-url", f"sqlite:///{db}")
-        assert "Traceback" not in done.stderr, done.stderr[-600:]
+    if case in ("admin", "migrate", "mcp"):
+        if case == "mcp":
+            from mnemos.mcp import sdk_installed
+
+            if not sdk_installed():
+                pytest.skip("the MCP SDK is not installed")
+        args = {
+            "admin": ("admin", "create-org", "--name", "Acme"),
+            "migrate": ("migrate",),
+            "mcp": ("mcp", "--api-key", "mn_agent_x"),
+        }[case]
+        error = refused_in_one_json_line(mnemos(*args, "--database-url", url))
+        assert error["code"] == "schema_newer" and newer in str(error["message"])
         return
-    done = mnemos("doctor", "--json", "--database-url", f"sqlite:///{db}")
+    done = mnemos("doctor", "--json", "--database-url", url)
+    assert done.returncode == 1
     found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    assert found["migrations"]["level"] == "problem" and newer in found["migrations"]["detail"]
     assert "mnemos migrate" not in found["migrations"]["detail"], found["migrations"]

@@ -18,12 +18,10 @@ from typing import Any, BinaryIO
 
 import click
 import sqlalchemy as sa
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
 
 from mnemos.config import load_settings
 from mnemos.errors import CannotWrite, MnemosError, StorageUnavailable, SystemRefused
-from mnemos.storage import alembic_config, require_database
+from mnemos.storage import known_revision, require_database
 from mnemos.storage import migrate as run_migrations
 
 progress_option = click.option(
@@ -64,9 +62,18 @@ def _refuse(exc: MnemosError) -> None:
 
 
 @contextmanager
-def whole_file(out: Path) -> Iterator[BinaryIO]:
+def whole_file(out: Path, database_url: str) -> Iterator[BinaryIO]:
     """`out`, written as `out.partial` and renamed once the block ends without an error, so the
-    file appears whole or not at all; one that cannot be opened is `CannotWrite`."""
+    file appears whole or not at all; one that cannot be opened, or that is the database at
+    `database_url` or one of its files (the rename would replace it), is `CannotWrite`, before
+    anything is written."""
+    from mnemos.storage.backup import is_a_file_of
+
+    if is_a_file_of(out, database_url):
+        raise CannotWrite(
+            "The output would replace the database (or one of its own files): choose another --out",
+            {"out": str(out)},
+        )
     partial = out.with_name(out.name + ".partial")
     try:
         file = partial.open("wb")
@@ -111,12 +118,7 @@ def _check_revision(url: str, revision: str | None) -> None:
     """Refuse a file written by a Mnemos whose schema this one does not know."""
     from mnemos.storage.transfer import TransferError
 
-    scripts = ScriptDirectory.from_config(alembic_config(url))
-    try:
-        known = revision is not None and scripts.get_revision(revision) is not None
-    except CommandError:
-        known = False
-    if not known:
+    if revision is None or not known_revision(url, revision):
         raise TransferError(
             f"The file comes from schema revision {revision!r}, unknown to this Mnemos: "
             "upgrade Mnemos to import it",
@@ -143,7 +145,7 @@ def export(out: Path, progress: bool | None, database_url: str | None) -> None:
     totals: dict[str, int] = {}
     with refusals():
         require_database(settings)
-    with refusals(), whole_file(out) as file, _bar(progress, "rows", None) as bar:
+    with refusals(), whole_file(out, url) as file, _bar(progress, "rows", None) as bar:
 
         def step(rows: int) -> None:
             if bar.total is None:  # the tables were counted before the first rows came

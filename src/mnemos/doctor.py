@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection, make_url
 from mnemos.config import Settings, load_settings
 from mnemos.domain.tuya_auth import MAX_SKEW_MS
 from mnemos.errors import ValidationFailed
-from mnemos.storage import alembic_config, backend
+from mnemos.storage import alembic_config, backend, known_revision, schema_newer
 from mnemos.storage.sql_base import EVERY_TENANT
 
 Level = Literal["ok", "warn", "problem"]
@@ -104,6 +104,8 @@ def _migrations(conn: Connection) -> Finding:
     head = ScriptDirectory.from_config(alembic_config(str(conn.engine.url))).get_current_head()
     if current == head:
         return Finding("migrations", "ok", f"at head ({head})")
+    if not known_revision(str(conn.engine.url), current):  # `mnemos migrate` would refuse it
+        return Finding("migrations", "problem", f"{schema_newer(current).message} (head {head})")
     return Finding("migrations", "problem", f"at {current}, head is {head}: run `mnemos migrate`")
 
 

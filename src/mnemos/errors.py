@@ -197,6 +197,20 @@ class EmbedderUnavailable(MnemosError):
     status, code, default_message = 503, "embedder_unavailable", "The embedder is unavailable"
 
 
+class SchemaNewer(MnemosError):
+    """The database was migrated by a newer Mnemos: its schema revision is unknown to this one,
+    which neither migrates nor serves it (docs/deploying.md, "Upgrades")."""
+
+    status, code = 409, "schema_newer"
+
+
+class OtherModelIndexed(MnemosError):
+    """`mnemos reindex` under an embedder other than the one whose vectors the database holds
+    (the server's): it would replace them with vectors the server never reads."""
+
+    status, code = 409, "other_model_indexed"
+
+
 def invalid_field(field: str, problem: str) -> ValidationFailed:
     """A `validation_failed` error that names the offending field."""
     return ValidationFailed(f"Invalid value for {field}: {problem}", details={field: problem})
