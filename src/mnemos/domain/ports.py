@@ -377,12 +377,13 @@ class AccountStore(Protocol):
     @abc.abstractmethod
     def delete_agent(
         self, agent_id: uuid.UUID, tenant_id: uuid.UUID, *, by: ChangedBy | None = None
-    ) -> None:
+    ) -> bool:
         """Revoke the agent's keys, delete its agent-scoped memories (in its tenant,
         `tenant_id`) and its room seats, keep its
         other memories with `source_agent_id` null, and delete the agent: one transaction (with
         the history: `deleted`, `source_removed`), which locks the agent's row first (a store
-        by the agent commits before it, or inserts nothing: `insert_memory`)."""
+        by the agent commits before it, or inserts nothing: `insert_memory`). False, and
+        nothing changed, when the agent is gone (another deletion committed first)."""
 
     @abc.abstractmethod
     def users_by_ids(self, ids: Iterable[uuid.UUID]) -> list[User]: ...
