@@ -26,7 +26,7 @@ from mnemos.domain.search import Scored, SearchQuery
 from mnemos.domain.tenants import Tenants
 from mnemos.errors import Conflict, SearchTooExpensive, Unauthorized
 from mnemos.storage.base import Store
-from mnemos.storage.history_rows import history_row, record
+from mnemos.storage.history_rows import history_row, record, status_change
 from mnemos.storage.rows import MEMORY_COLUMNS, MEMORY_FIELDS, memory_values, to_memory
 from mnemos.storage.schema import UTCDateTime, agents, idempotency_keys, memories
 from mnemos.storage.search_plan import (
@@ -166,7 +166,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                 changed = conn.execute(
                     memories.update()
                     .where(this, allowed)
-                    .values(status=status.value, updated_at=now)
+                    .values(status_change(status, now))
                     .returning(M.subject_id)
                 ).first()
                 if changed is not None:
@@ -206,7 +206,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                     memories.update()
                     .where(M.tenant_id == tenant_id, M.id.in_(superseded))
                     .where(M.status == Status.ACTIVE.value)
-                    .values(status=Status.SUPERSEDED.value, updated_at=now)
+                    .values(status_change(Status.SUPERSEDED, now))
                     .returning(M.id, M.subject_id)
                 ).all()
                 event, actor = HistoryEvent.SUPERSEDED, by or SERVER

@@ -27,7 +27,7 @@ from mnemos.domain.models import (
 )
 from mnemos.domain.tenants import Tenants
 from mnemos.errors import Conflict
-from mnemos.storage.history_rows import history_row, record
+from mnemos.storage.history_rows import history_row, record, status_change
 from mnemos.storage.rows import MEMORY_COLUMNS, to_memory
 from mnemos.storage.schema import (
     UTCDateTime,
@@ -319,7 +319,7 @@ class RightsSql(SqlBase):
                     sa.tuple_(M.pk, M.updated_at).in_(rows),
                     M.status == was.value,
                 )
-                .values(status=becomes.value, updated_at=now)
+                .values(status_change(becomes, now))
                 .returning(M.id, M.subject_id)
             ).all()
             record(conn, (history_row(org, i, s, event, by, now) for i, s in changed))

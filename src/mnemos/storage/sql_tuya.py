@@ -13,7 +13,7 @@ from mnemos.domain.history import SERVER
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import ChangedBy, HistoryEvent, Memory, Status
 from mnemos.errors import Conflict
-from mnemos.storage.history_rows import history_row, record
+from mnemos.storage.history_rows import history_row, record, status_change
 from mnemos.storage.rows import memory_values
 from mnemos.storage.schema import (
     memories,
@@ -183,7 +183,7 @@ class TuyaSql(SqlBase):
                 memories.update()
                 .where(M.tenant_id == tenant, M.subject_id == subject, M.tuya_slot.in_(slots))
                 .where(M.status == Status.ACTIVE.value)
-                .values(status=Status.SUPERSEDED.value, updated_at=now)
+                .values(status_change(Status.SUPERSEDED, now))
                 .returning(M.id, M.tuya_slot)
             ).all()
             superseded = HistoryEvent.SUPERSEDED
