@@ -453,9 +453,11 @@ class TuyaStore(Protocol):
         tokens: dict[str, tuple[str, datetime]],
         replaces: uuid.UUID | None = None,
         keep: int | None = None,
-    ) -> None:
+    ) -> bool:
         """Store an access/refresh pair (as hashes), dropping the pair it replaces and, past
-        `keep` pairs of the project, its oldest."""
+        `keep` pairs of the project, its oldest. False, and nothing stored, when the pair it
+        replaces is gone (its refresh token was used by another refresh: a refresh token is
+        used once, however many refreshes send it at once)."""
 
     @abc.abstractmethod
     def tuya_token(self, token_hash: str, kind: str) -> tuple[str, uuid.UUID, datetime] | None: ...

@@ -59,12 +59,19 @@ class TuyaSql(SqlBase):
         tokens: dict[str, tuple[str, datetime]],
         replaces: uuid.UUID | None = None,
         keep: int | None = None,
-    ) -> None:
+    ) -> bool:
         """Store a pair of token hashes (`{"access": (hash, expiry), "refresh": ...}`); past
-        `keep` pairs of the project, its pairs of the oldest refresh tokens are dropped."""
+        `keep` pairs of the project, its pairs of the oldest refresh tokens are dropped. False,
+        and nothing stored, when the pair it `replaces` has no refresh token left: another
+        refresh of it committed first (PostgreSQL: this DELETE waits for that one's, then finds
+        the rows gone; SQLite writes one at a time)."""
         with self._write(mark=False) as conn:
             if replaces is not None:
-                conn.execute(tuya_tokens.delete().where(T.pair_id == replaces))
+                ended = conn.execute(
+                    tuya_tokens.delete().where(T.pair_id == replaces).returning(T.kind)
+                ).scalars()
+                if "refresh" not in set(ended):
+                    return False
             conn.execute(tuya_tokens.delete().where(T.expires_at < utcnow()))
             for kind, (token_hash, expires_at) in tokens.items():
                 conn.execute(
@@ -86,6 +93,7 @@ class TuyaSql(SqlBase):
                 conn.execute(
                     tuya_tokens.delete().where(T.client_id == client_id, T.pair_id.not_in(newest))
                 )
+        return True
 
     def tuya_token(self, token_hash: str, kind: str) -> tuple[str, uuid.UUID, datetime] | None:
         """`(client_id, pair_id, expires_at)` of a live-or-expired token, None if unknown."""
