@@ -221,7 +221,9 @@ def test_a_tuya_role_write_by_an_agent_deleted_meanwhile_keeps_nothing(
     answer = tuya.call("POST", "dev-role", {}, body)
     assert [d.status_code for d in deleted] == [200]
     assert (answer["success"], answer.get("code")) == (False, 1109), answer
-    left = rows(store, sa.select(memories.c.id).where(memories.c.source_agent_id == bot.id))
+    left = rows(
+        store, sa.select(memories.c.id).where(memories.c.source_agent_id == uuid.UUID(bot.id))
+    )
     assert left == []
 
 
@@ -249,7 +251,9 @@ def test_a_store_into_a_room_the_agent_just_left_is_refused(
     answer = client.post(BASE, json=body, headers=bot.headers)
     assert [d.status_code for d in left] == [200]
     assert "chat_room_id" in error(answer, 422, "validation_failed")["details"]
-    kept = rows(store, sa.select(memories.c.id).where(memories.c.chat_room_id == room_id))
+    kept = rows(
+        store, sa.select(memories.c.id).where(memories.c.chat_room_id == uuid.UUID(room_id))
+    )
     assert kept == []
 
 

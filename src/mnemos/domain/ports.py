@@ -482,11 +482,12 @@ class TuyaStore(Protocol):
     @abc.abstractmethod
     def put_tuya_memories(
         self, new: Sequence[tuple[Memory, str]], now: datetime, *, by: ChangedBy | None = None
-    ) -> None:
+    ) -> bool:
         """In one transaction, insert each `(memory, slot)` and supersede the active memory of the
         same subject and slot (its history names the new memory). One memory per subject and slot
         is active, always (a unique index); a concurrent writer of the same slot is superseded,
-        never a second active value.
+        never a second active value. False, and nothing written, if a source agent of the
+        memories (a role's) is gone: deleted since the role was read (as `insert_memory`).
         Raises `Conflict` if writers of the same slots keep racing."""
 
     @abc.abstractmethod

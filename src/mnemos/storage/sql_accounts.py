@@ -94,6 +94,16 @@ def _lock(conn: sa.Connection, principals: sa.Table, principal_id: uuid.UUID) ->
     return conn.execute(held).first() is not None
 
 
+def agent_held(agent_id: Any) -> sa.Select[Any]:
+    """The agent's row, if it exists, held by the writer until it commits (`FOR KEY SHARE`,
+    PostgreSQL; SQLite writes one at a time). Every write that records an agent as a memory's
+    source holds it: `delete_agent` locks the row first, so such a write either commits before
+    the deletion's last transaction (which then deletes or keeps its memories) or finds no
+    agent and writes nothing (review17 finding 5)."""
+    found = sa.select(agents.c.id).where(agents.c.id == agent_id)
+    return found.with_for_update(read=True, key_share=True)
+
+
 def _revoke_live_keys(
     conn: sa.Connection, principal_id: uuid.UUID, kind: KeyKind | None = None
 ) -> None:

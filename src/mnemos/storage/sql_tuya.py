@@ -23,6 +23,7 @@ from mnemos.storage.schema import (
     tuya_signatures,
     tuya_tokens,
 )
+from mnemos.storage.sql_accounts import agent_held
 from mnemos.storage.sql_base import SqlBase
 
 T = tuya_tokens.c
@@ -158,25 +159,31 @@ class TuyaSql(SqlBase):
 
     def put_tuya_memories(
         self, new: Sequence[tuple[Memory, str]], now: datetime, *, by: ChangedBy | None = None
-    ) -> None:
-        """Insert each memory under its slot, superseding the slot's active value, atomically.
+    ) -> bool:
+        """Insert each memory under its slot, superseding the slot's active value, atomically;
+        False, and nothing written, when a role's agent they name as source is gone.
 
         Writers of one device wait for each other (a lock on the device's row). Should another
         path activate a value of the same slot meanwhile, the insert breaks the unique index of
         active slots and the whole write is tried again, superseding that value.
         """
-        for attempt in range(SLOT_ATTEMPTS):
+        for _ in range(SLOT_ATTEMPTS):
             try:
                 with self._write() as conn:
-                    self._put_slots(conn, new, now, by or SERVER)
-                return
+                    return self._put_slots(conn, new, now, by or SERVER)
             except sa.exc.IntegrityError:
-                if attempt == SLOT_ATTEMPTS - 1:
-                    raise Conflict("Other writers keep changing these memory keys") from None
+                continue  # another path activated a value of one of the slots: again
+        raise Conflict("Other writers keep changing these memory keys")
 
     def _put_slots(
         self, conn: Connection, new: Sequence[tuple[Memory, str]], now: datetime, by: ChangedBy
-    ) -> None:
+    ) -> bool:
+        # The role's agent first, held until the write commits (`agent_held`): an agent deleted
+        # since the role was read leaves nothing written. Before the device's lock and the
+        # rows it supersedes, as `delete_agent` takes its agent's lock before its memories'.
+        for agent_id in {memory.source_agent_id for memory, _ in new} - {None}:
+            if conn.execute(agent_held(agent_id)).first() is None:
+                return False
         by_subject: dict[tuple[uuid.UUID, uuid.UUID | None], list[str]] = {}
         successor = {(memory.subject_id, slot): memory.id for memory, slot in new}
         history = []
@@ -205,6 +212,7 @@ class TuyaSql(SqlBase):
         created = HistoryEvent.CREATED
         history += [history_row(m.tenant_id, m.id, m.subject_id, created, by, now) for m, _ in new]
         record(conn, history)
+        return True
 
     def delete_tuya_memories(
         self,
