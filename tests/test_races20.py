@@ -16,16 +16,26 @@ from fastapi.testclient import TestClient
 
 from mnemos.api.app import create_app
 from mnemos.config import Settings
+from mnemos.domain import accounts
 from mnemos.domain import tuya as tuya_domain
 from mnemos.domain.history import SERVER
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import RetentionPolicy, Status, System
+from mnemos.domain.tuya_auth import TuyaCaller
 from mnemos.storage import sql_rights
 from mnemos.storage.base import Store
+from mnemos.storage.rows import memory_values
 from mnemos.storage.schema import idempotency_keys, memories, memory_history
+from mnemos.storage.sql import INSERT_MEMORY
 from tests.api.test_band_agent import error
 from tests.api.test_tuya_hardening import Tuya, entry, project, signed  # noqa: F401
-from tests.test_review17 import meanwhile, on_postgres_only, store_url
+from tests.test_review17 import (
+    meanwhile,
+    meanwhile_or_waiting,
+    on_postgres_only,
+    store_url,
+    waits_for_a_lock,
+)
 from tests.world import Actor, World, agent_memory, memory_body
 
 BASE = "/api/v1/agent/memories"
@@ -255,6 +265,68 @@ def test_a_store_into_a_room_the_agent_just_left_is_refused(
         store, sa.select(memories.c.id).where(memories.c.chat_room_id == uuid.UUID(room_id))
     )
     assert kept == []
+
+
+def test_a_store_holding_its_seat_makes_leaving_the_room_wait(
+    client: TestClient, world: World, store: Store, settings: Settings
+) -> None:
+    """PostgreSQL: a store's insert holds the agent's seat until the store commits, so the
+    agent's leaving waits for it: once the leave answered, no store of the agent into the room
+    commits after it (without the lock, the leave did not wait and the store landed after)."""
+    on_postgres_only(settings)
+    ann = world.user("Ann", "acme")
+    bot = world.agent(ann)
+    room = client.post("/api/v1/me/chats", json={"chat": {"title": "Plan"}}, headers=ann.headers)
+    room_id = uuid.UUID(room.json()["data"]["id"])
+    chat = f"/api/v1/me/chats/{room_id}/participants"
+    added = client.post(chat, json={"participant": {"participant_id": bot.id}}, headers=ann.headers)
+    assert added.status_code == 201, added.text
+    memory = agent_memory(bot, "the plan is due Friday", chat_room_id=room_id)
+    engine = sa.create_engine(store_url(store))
+    try:
+        with engine.connect() as storing, storing.begin():  # a store in flight, its insert run
+            assert storing.execute(INSERT_MEMORY, memory_values(memory)).first() is not None
+            leaving = meanwhile_or_waiting(
+                lambda: store.remove_participant(room_id, uuid.UUID(bot.id)), store_url(store)
+            )
+            waits_for_a_lock(storing)
+        assert leaving() is True
+    finally:
+        engine.dispose()
+
+
+def test_a_tuya_role_write_holding_its_agent_makes_the_deletion_wait_then_goes_with_it(
+    world: World,
+    project: dict[str, Any],  # noqa: F811
+    store: Store,
+    settings: Settings,
+) -> None:
+    """PostgreSQL: a Tuya role write holds its agent's row until it commits; the agent's
+    deletion waits, then deletes the role's memory with the agent's others."""
+    on_postgres_only(settings)
+    ann = world.user("Ann", "tuya-hardening")
+    bot = world.agent(ann)
+    _, subject = store.claim_tuya_device("dev-held", project["org"])
+    caller = TuyaCaller(project["client_id"], project["org"])
+    binding = tuya_domain.Binding(1, uuid.UUID(bot.id))
+    written = tuya_domain.Entry("sofa", "sofa", "left", tuya_domain.ROLE)
+    now = utcnow()
+    memory = tuya_domain._memory(caller, subject, "dev-held", binding, written, now)
+    slot = tuya_domain._slot(binding, written)
+    engine = sa.create_engine(store_url(store))
+    try:
+        with engine.connect() as writing, writing.begin():  # a Tuya write in flight
+            assert store._put_slots(writing, [(memory, slot)], now, SERVER)  # type: ignore[attr-defined]
+            deletion = meanwhile_or_waiting(
+                lambda: accounts.delete_owned_agent(store, uuid.UUID(ann.id), uuid.UUID(bot.id)),
+                store_url(store),
+            )
+            waits_for_a_lock(writing)
+        deletion()
+        left = rows(store, sa.select(memories.c.id))
+    finally:
+        engine.dispose()
+    assert left == []
 
 
 # --- 5. an idempotency key stored while a person's erasure runs --------------------------------
