@@ -19,7 +19,18 @@ from mnemos.api.schemas import MemoryOut, StoreMemoryRequest, memory_json
 from mnemos.domain import accounts
 from mnemos.domain.ids import iso, utcnow, uuid7
 from mnemos.domain.memories import MemoryDraft
-from mnemos.domain.models import Memory, MemoryType, Scope, Segment, Status, System
+from mnemos.domain.models import (
+    Memory,
+    MemoryType,
+    ParticipantType,
+    RoomType,
+    Scope,
+    Segment,
+    Status,
+    System,
+)
+from mnemos.domain.people import Actor
+from mnemos.domain.rooms import RoomService
 from mnemos.domain.tenants import Tenants
 from mnemos.storage.base import Store
 from mnemos.storage.rows import MEMORY_COLUMNS, memory_values
@@ -108,7 +119,10 @@ def test_the_json_of_a_memory_has_every_response_field_in_order() -> None:
 def test_a_memory_reads_back_field_for_field(store: Store) -> None:
     owner = accounts.create_user(store, "Ann", "ann@example.com", None).user
     agent = accounts.create_agent(store, owner.id, "Bot", None).agent  # a store's agent exists
-    memory = dataclasses.replace(_distinct_memory(), source_agent_id=agent.id)
+    # ... and has a seat in the room it stores into (the insert checks both).
+    actor = Actor(agent.id, ParticipantType.AGENT, owner.id, None)
+    room = RoomService(store).create(actor, "Plan", RoomType.GROUP)
+    memory = dataclasses.replace(_distinct_memory(), source_agent_id=agent.id, chat_room_id=room.id)
     store.insert_memory(memory)
     assert store.get_memory(memory.id, Tenants((memory.tenant_id,))) == memory
     assert store.get_memory(memory.id, Tenants((uuid.uuid4(),))) is None  # another tenant's

@@ -255,7 +255,8 @@ def delete_owned_agent(
     Its keys are revoked first, in a short transaction of their own; its memories are then
     deleted (agent-scoped) or kept without it (the others), `AGENT_DELETE_BATCH` a transaction,
     so that no transaction holds SQLite's one writer for long however large the agent; the last
-    transaction deletes the agent with what its requests in flight stored meanwhile. A crash
+    transaction deletes the agent with what its requests in flight stored meanwhile (404 if
+    another deletion of the agent, running at the same time, deleted it first). A crash
     between two leaves the agent, its key revoked, with part of its memories done: what its
     owner was deleting anyway, and deleting it again finishes."""
     agent = owned_agent(store, owner_id, agent_id)
@@ -266,5 +267,6 @@ def delete_owned_agent(
     after = store.part_with_agent_memories(agent.id, tenant, AGENT_DELETE_BATCH, None, by=by)
     while after is not None:
         after = store.part_with_agent_memories(agent.id, tenant, AGENT_DELETE_BATCH, after, by=by)
-    store.delete_agent(agent.id, tenant, by=by)
+    if not store.delete_agent(agent.id, tenant, by=by):
+        raise NotFound("Agent not found")  # another deletion of it finished first
     return agent

@@ -40,6 +40,7 @@ from mnemos.domain.ports import MemoryStore, RoomStore, SearchPages, VectorStore
 from mnemos.domain.probes import Probe
 from mnemos.domain.queries import Filters, MemoryQuery
 from mnemos.domain.recall import Recall, Recalled, SearchMode, query_words
+from mnemos.domain.rooms import not_in_room
 from mnemos.domain.tenants import agent_reach, agent_tenant
 from mnemos.domain.values import check_metadata, check_text
 from mnemos.domain.visibility import (
@@ -249,7 +250,7 @@ class MemoryService:
             draft.chat_room_id is not None
             and self.store.role_in(draft.chat_room_id, ctx.agent.id) is None
         ):
-            raise invalid_field("chat_room_id", "the agent is not a participant of this room")
+            raise not_in_room()
         memory = _new_memory(
             draft,
             scope=scope,

@@ -378,12 +378,13 @@ class AccountStore(Protocol):
     @abc.abstractmethod
     def delete_agent(
         self, agent_id: uuid.UUID, tenant_id: uuid.UUID, *, by: ChangedBy | None = None
-    ) -> None:
+    ) -> bool:
         """Revoke the agent's keys, delete its agent-scoped memories (in its tenant,
         `tenant_id`) and its room seats, keep its
         other memories with `source_agent_id` null, and delete the agent: one transaction (with
         the history: `deleted`, `source_removed`), which locks the agent's row first (a store
-        by the agent commits before it, or inserts nothing: `insert_memory`)."""
+        by the agent commits before it, or inserts nothing: `insert_memory`). False, and
+        nothing changed, when the agent is gone (another deletion committed first)."""
 
     @abc.abstractmethod
     def users_by_ids(self, ids: Iterable[uuid.UUID]) -> list[User]: ...
@@ -453,9 +454,11 @@ class TuyaStore(Protocol):
         tokens: dict[str, tuple[str, datetime]],
         replaces: uuid.UUID | None = None,
         keep: int | None = None,
-    ) -> None:
+    ) -> bool:
         """Store an access/refresh pair (as hashes), dropping the pair it replaces and, past
-        `keep` pairs of the project, its oldest."""
+        `keep` pairs of the project, its oldest. False, and nothing stored, when the pair it
+        replaces is gone (its refresh token was used by another refresh: a refresh token is
+        used once, however many refreshes send it at once)."""
 
     @abc.abstractmethod
     def tuya_token(self, token_hash: str, kind: str) -> tuple[str, uuid.UUID, datetime] | None: ...
@@ -480,11 +483,12 @@ class TuyaStore(Protocol):
     @abc.abstractmethod
     def put_tuya_memories(
         self, new: Sequence[tuple[Memory, str]], now: datetime, *, by: ChangedBy | None = None
-    ) -> None:
+    ) -> bool:
         """In one transaction, insert each `(memory, slot)` and supersede the active memory of the
         same subject and slot (its history names the new memory). One memory per subject and slot
         is active, always (a unique index); a concurrent writer of the same slot is superseded,
-        never a second active value.
+        never a second active value. False, and nothing written, if a source agent of the
+        memories (a role's) is gone: deleted since the role was read (as `insert_memory`).
         Raises `Conflict` if writers of the same slots keep racing."""
 
     @abc.abstractmethod

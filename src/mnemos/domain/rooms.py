@@ -15,9 +15,15 @@ from mnemos.domain.models import ChatRoom, Participant, ParticipantType, Role, R
 from mnemos.domain.people import Actor, sees_agent, sees_user
 from mnemos.domain.ports import AccountStore, RoomStore
 from mnemos.domain.values import check_optional_text
-from mnemos.errors import Forbidden, NotFound, invalid_field
+from mnemos.errors import Forbidden, NotFound, ValidationFailed, invalid_field
 
 MAX_TITLE = 300
+
+
+def not_in_room() -> ValidationFailed:
+    """A store into a room its agent takes no part in (checked before the store, and by the
+    store's insert itself: the agent may leave the room in between)."""
+    return invalid_field("chat_room_id", "the agent is not a participant of this room")
 
 
 class RoomServiceStore(RoomStore, AccountStore, Protocol):

@@ -106,7 +106,7 @@ class TuyaMemories:
         if role_id is None or str(role_id) == "":
             raise param_empty("role_id")
         if not ROLE_ID.fullmatch(str(role_id)):
-            raise param_illegal("role_id", "is not a role of this project")
+            raise not_a_role()
         return Binding(kind, self._role_agent(caller, str(role_id)))
 
     def _role_agent(self, caller: TuyaCaller, role_id: str) -> uuid.UUID:
@@ -119,7 +119,7 @@ class TuyaMemories:
             for agent, owner_org in self.store.agents_by_ids([ident]):
                 if owner_org == org:
                     return agent.id
-        raise param_illegal("role_id", "is not a role of this project")
+        raise not_a_role()
 
     def _subject(self, caller: TuyaCaller, device_id: str, claim: bool) -> uuid.UUID | None:
         found = self.store.tuya_device(device_id)
@@ -211,7 +211,8 @@ class TuyaMemories:
             (_memory(caller, subject, device_id, binding, entry, now), _slot(binding, entry))
             for entry in entries
         ]
-        self.store.put_tuya_memories(new, now, by=by_tuya(caller.client_id))
+        if not self.store.put_tuya_memories(new, now, by=by_tuya(caller.client_id)):
+            raise not_a_role()  # its agent was deleted since `binding` read the role
 
     def delete(
         self,
@@ -255,6 +256,10 @@ class TuyaMemories:
         """The project's organization exists and its plan includes memory."""
         org = self.store.get_organization(caller.organization_id)
         return org is not None and plan_allows(org)
+
+
+def not_a_role() -> TuyaError:
+    return param_illegal("role_id", "is not a role of this project")
 
 
 def _text(name: str, value: str) -> None:

@@ -160,7 +160,7 @@ class TuyaAuth:
     def _issue(self, client_id: str, replaces: uuid.UUID | None = None) -> dict[str, object]:
         access, refresh = secrets.token_hex(16), secrets.token_hex(16)
         now = utcnow()
-        self.store.save_tuya_tokens(
+        saved = self.store.save_tuya_tokens(
             client_id,
             uuid.uuid4(),
             {
@@ -170,6 +170,8 @@ class TuyaAuth:
             replaces=replaces,
             keep=MAX_LIVE_PAIRS,
         )
+        if not saved:  # another refresh with the same token replaced the pair first
+            raise token_invalid()
         return {
             "access_token": access,
             "refresh_token": refresh,
@@ -187,7 +189,9 @@ class TuyaAuth:
         return self._issue(client_id)
 
     def refresh(self, request: SignedRequest, refresh_token: str) -> dict[str, object]:
-        """`GET /v1.0/token/{refresh_token}`: a new pair; the old pair stops working."""
+        """`GET /v1.0/token/{refresh_token}`: a new pair; the old pair stops working. A refresh
+        token refreshes once: a second refresh with it, even one running at the same time,
+        gets 1011 `token invalid`."""
         client_id, _ = self._project(request, "")
         found = self.store.tuya_token(_hash(refresh_token), "refresh")
         if found is None or found[0] != client_id:

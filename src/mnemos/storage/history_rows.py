@@ -7,10 +7,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from mnemos.domain.models import ChangedBy, HistoryEvent
-from mnemos.storage.schema import memory_history
+from mnemos.domain.models import ChangedBy, HistoryEvent, Status
+from mnemos.storage.schema import UTCDateTime, memories, memory_history
 
 
 def history_row(
@@ -42,3 +43,13 @@ def record(conn: Connection, rows: Iterable[dict[str, Any]]) -> None:
     batch = list(rows)
     if batch:
         conn.execute(memory_history.insert(), batch)
+
+
+def status_change(status: Status, now: datetime) -> dict[str, Any]:
+    """The values of an UPDATE that changes memories' status at `now` (every path: a status
+    request, a supersede, a Tuya overwrite, retention). `updated_at` never moves back: a change
+    takes its time before it waits for the row, so the one committed second may carry the
+    earlier time; it keeps the later one then. Its history row keeps `now`, its own time."""
+    at = sa.literal(now, UTCDateTime())
+    updated = memories.c.updated_at
+    return {"status": status.value, "updated_at": sa.case((updated > at, updated), else_=at)}

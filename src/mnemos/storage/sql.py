@@ -22,13 +22,20 @@ from mnemos.domain.history import SERVER, STATUS_EVENTS
 from mnemos.domain.models import ChangedBy, HistoryEvent, Memory, Status
 from mnemos.domain.pagination import Position
 from mnemos.domain.queries import FILTER_NAMES, Audience, MemoryQuery, Order
+from mnemos.domain.rooms import not_in_room
 from mnemos.domain.search import Scored, SearchQuery
 from mnemos.domain.tenants import Tenants
 from mnemos.errors import Conflict, SearchTooExpensive, Unauthorized
 from mnemos.storage.base import Store
-from mnemos.storage.history_rows import history_row, record
+from mnemos.storage.history_rows import history_row, record, status_change
 from mnemos.storage.rows import MEMORY_COLUMNS, MEMORY_FIELDS, memory_values, to_memory
-from mnemos.storage.schema import UTCDateTime, agents, idempotency_keys, memories
+from mnemos.storage.schema import (
+    UTCDateTime,
+    agents,
+    chat_participants,
+    idempotency_keys,
+    memories,
+)
 from mnemos.storage.search_plan import (
     WALK_MAX_AUDIENCES,
     WALK_ROWS,
@@ -36,7 +43,7 @@ from mnemos.storage.search_plan import (
     own_plan,
     plan_search,
 )
-from mnemos.storage.sql_accounts import AccountsSql
+from mnemos.storage.sql_accounts import AccountsSql, agent_held
 from mnemos.storage.sql_base import EVERY_TENANT, replica_read
 from mnemos.storage.sql_conditions import (
     AUDIENCE_SQL,
@@ -53,19 +60,25 @@ from mnemos.storage.sql_tuya import TuyaSql
 from mnemos.storage.sql_vectors import VectorsSql
 
 M = memories.c
+P = chat_participants.c
 
 
 def _insert_memory() -> sa.Insert:
-    """A memory, inserted only while its source agent (if any) exists, whose row the insert holds
-    (`FOR KEY SHARE`, PostgreSQL; SQLite writes one at a time) until the store commits.
-    `delete_agent` locks that row first: a store either commits before a deletion begins (and is
-    deleted or kept by it) or finds no agent and inserts nothing (review17 finding 5). One
-    statement, as the plain insert was: the check costs no round trip."""
+    """A memory, inserted only while its source agent (if any) exists and, stored into a room,
+    has a seat in it; the insert holds both rows (`FOR KEY SHARE`, PostgreSQL; SQLite writes
+    one at a time) until the store commits. `delete_agent` locks the agent's row first
+    (`agent_held`), and leaving a room deletes the seat: a store either commits before them (and
+    its memory is deleted, kept, or stays in the room as every earlier one does) or finds no
+    agent, or no seat, and inserts nothing (review17 finding 5). One statement, as the plain
+    insert was: the checks cost no round trip."""
     stored = (*MEMORY_FIELDS, "search_text")  # the keys of `memory_values`
     values = {name: sa.bindparam(name, type_=M[name].type) for name in stored}
-    source = values["source_agent_id"]
-    agent = sa.select(agents.c.id).where(agents.c.id == source)
-    live = sa.or_(source.is_(None), sa.exists(agent.with_for_update(read=True, key_share=True)))
+    source, room = values["source_agent_id"], values["chat_room_id"]
+    seat = sa.select(P.id).where(P.chat_room_id == room, P.participant_id == source)
+    live = sa.and_(
+        sa.or_(source.is_(None), sa.exists(agent_held(source))),
+        sa.or_(room.is_(None), sa.exists(seat.with_for_update(read=True, key_share=True))),
+    )
     inserted = memories.insert().from_select(stored, sa.select(*values.values()).where(live))
     return inserted.returning(M.id)  # SQLAlchemy over psycopg gave it no rowcount (-1)
 
@@ -77,9 +90,14 @@ INSERT_MEMORY = _insert_memory()
 
 def _insert_by_agent(conn: Connection, row: dict[str, Any]) -> None:
     """`row`, an agent's memory; refused as the agent's key is once the agent is deleted (its
-    request was authenticated before the deletion committed)."""
-    if conn.execute(INSERT_MEMORY, row).first() is None:
-        raise Unauthorized("Invalid API key")
+    request was authenticated before the deletion committed), and as a store into a room the
+    agent is not in once it left the room (after its store checked its seat)."""
+    if conn.execute(INSERT_MEMORY, row).first() is not None:
+        return
+    agent = sa.select(agents.c.id).where(agents.c.id == row["source_agent_id"])
+    if row["chat_room_id"] is not None and conn.execute(agent).first() is not None:
+        raise not_in_room()
+    raise Unauthorized("Invalid API key")
 
 
 class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
@@ -166,7 +184,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                 changed = conn.execute(
                     memories.update()
                     .where(this, allowed)
-                    .values(status=status.value, updated_at=now)
+                    .values(status_change(status, now))
                     .returning(M.subject_id)
                 ).first()
                 if changed is not None:
@@ -206,7 +224,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                     memories.update()
                     .where(M.tenant_id == tenant_id, M.id.in_(superseded))
                     .where(M.status == Status.ACTIVE.value)
-                    .values(status=Status.SUPERSEDED.value, updated_at=now)
+                    .values(status_change(Status.SUPERSEDED, now))
                     .returning(M.id, M.subject_id)
                 ).all()
                 event, actor = HistoryEvent.SUPERSEDED, by or SERVER

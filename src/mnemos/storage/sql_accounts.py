@@ -86,12 +86,22 @@ _AGENTS_BY_IDS = (
 PRINCIPALS: dict[KeyKind, sa.Table] = {"agent": agents, "user": users}
 
 
-def _lock(conn: sa.Connection, principals: sa.Table, principal_id: uuid.UUID) -> None:
+def _lock(conn: sa.Connection, principals: sa.Table, principal_id: uuid.UUID) -> bool:
     """Hold a principal's row until the transaction ends (PostgreSQL; SQLite writes one at a
-    time): changes of its keys, and its deletion against its stores, take turns."""
-    conn.execute(
-        sa.select(principals.c.id).where(principals.c.id == principal_id).with_for_update()
-    )
+    time): changes of its keys, and its deletion against its stores, take turns. Whether the
+    row is there (after the wait: a deletion committed meanwhile leaves none)."""
+    held = sa.select(principals.c.id).where(principals.c.id == principal_id).with_for_update()
+    return conn.execute(held).first() is not None
+
+
+def agent_held(agent_id: Any) -> sa.Select[Any]:
+    """The agent's row, if it exists, held by the writer until it commits (`FOR KEY SHARE`,
+    PostgreSQL; SQLite writes one at a time). Every write that records an agent as a memory's
+    source holds it: `delete_agent` locks the row first, so such a write either commits before
+    the deletion's last transaction (which then deletes or keeps its memories) or finds no
+    agent and writes nothing (review17 finding 5)."""
+    found = sa.select(agents.c.id).where(agents.c.id == agent_id)
+    return found.with_for_update(read=True, key_share=True)
 
 
 def _revoke_live_keys(
@@ -262,18 +272,21 @@ class AccountsSql(SqlBase):
 
     def delete_agent(
         self, agent_id: uuid.UUID, tenant_id: uuid.UUID, *, by: ChangedBy | None = None
-    ) -> None:
+    ) -> bool:
         its = sa.and_(memories.c.tenant_id == tenant_id, memories.c.source_agent_id == agent_id)
         with self._write() as conn:
             # First: a store by the agent in flight commits before this (and is deleted or kept
-            # below), or waits and then finds no agent (`sql.INSERT_MEMORY`).
-            _lock(conn, agents, agent_id)
+            # below), or waits and then finds no agent (`sql.INSERT_MEMORY`); another deletion
+            # of the agent committed first, and this one finds no agent either.
+            if not _lock(conn, agents, agent_id):
+                return False
             _revoke_live_keys(conn, agent_id)
             self._part_with(conn, tenant_id, its, by)
             conn.execute(
                 chat_participants.delete().where(chat_participants.c.participant_id == agent_id)
             )
             conn.execute(agents.delete().where(agents.c.id == agent_id))
+        return True
 
     def _part_with(
         self,

@@ -27,7 +27,7 @@ from mnemos.domain.models import (
 )
 from mnemos.domain.tenants import Tenants
 from mnemos.errors import Conflict
-from mnemos.storage.history_rows import history_row, record
+from mnemos.storage.history_rows import history_row, record, status_change
 from mnemos.storage.rows import MEMORY_COLUMNS, to_memory
 from mnemos.storage.schema import (
     UTCDateTime,
@@ -109,18 +109,22 @@ class RightsSql(SqlBase):
         subject = erasure.subject_id
         reach = Tenants(about=subject)
         of_subject = sa.and_(in_tenants(memories, reach), M.subject_id == subject)
-        keys = idempotency_keys.c
         with self._write() as conn:
             self._begin_erasure(conn)
-            # An idempotency key's fingerprint is a digest of the request, content included.
-            about = sa.select(M.tenant_id, M.id).where(of_subject)
-            conn.execute(
-                idempotency_keys.delete().where(
-                    in_tenants(idempotency_keys, reach),
-                    sa.tuple_(keys.tenant_id, keys.memory_id).in_(about),
-                )
-            )
+            # An idempotency key's fingerprint is a digest of the request, content included:
+            # the keys of the memories about the person go with them. First by the memories
+            # (every key, those of memories older than history too)...
+            _delete_keys(conn, reach, sa.select(M.tenant_id, M.id).where(of_subject))
             erased = self._delete_memories(conn, of_subject)
+            # ... then by the `created` rows (each written with its memory and key) of those a
+            # store committed between that statement and the memories' DELETE, which deleted
+            # them (PostgreSQL, READ COMMITTED: each statement sees what committed before it).
+            created = sa.select(H.tenant_id, H.memory_id).where(
+                in_tenants(memory_history, reach),
+                H.subject_id == subject,
+                H.event == HistoryEvent.CREATED.value,
+            )
+            _delete_keys(conn, reach, created)
             conn.execute(
                 memory_history.delete().where(
                     in_tenants(memory_history, reach), H.subject_id == subject
@@ -153,13 +157,7 @@ class RightsSql(SqlBase):
         if not late:
             return 0
         ids = [memory_id for _, memory_id in late]
-        keys = idempotency_keys.c
-        conn.execute(
-            idempotency_keys.delete().where(
-                in_tenants(idempotency_keys, reach),
-                sa.tuple_(keys.tenant_id, keys.memory_id).in_([tuple(row) for row in late]),
-            )
-        )
+        _delete_keys(conn, reach, [tuple(row) for row in late])
         erased = self._delete_memories(conn, sa.and_(of_subject, M.id.in_(ids)))
         conn.execute(
             memory_history.delete().where(in_tenants(memory_history, reach), H.memory_id.in_(ids))
@@ -322,11 +320,23 @@ class RightsSql(SqlBase):
                     sa.tuple_(M.pk, M.updated_at).in_(rows),
                     M.status == was.value,
                 )
-                .values(status=becomes.value, updated_at=now)
+                .values(status_change(becomes, now))
                 .returning(M.id, M.subject_id)
             ).all()
             record(conn, (history_row(org, i, s, event, by, now) for i, s in changed))
         return Batch(len(rows), len(changed))
+
+
+def _delete_keys(conn: Connection, reach: Tenants, memories_of: Any) -> None:
+    """Delete the idempotency keys (in `reach`) of the memories `(tenant_id, id)` of
+    `memories_of`: a SELECT of those columns, or a list of pairs."""
+    keys = idempotency_keys.c
+    conn.execute(
+        idempotency_keys.delete().where(
+            in_tenants(idempotency_keys, reach),
+            sa.tuple_(keys.tenant_id, keys.memory_id).in_(memories_of),
+        )
+    )
 
 
 def _retained(org: uuid.UUID, system: System) -> sa.ColumnElement[bool]:

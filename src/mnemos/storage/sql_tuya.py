@@ -13,7 +13,7 @@ from mnemos.domain.history import SERVER
 from mnemos.domain.ids import utcnow
 from mnemos.domain.models import ChangedBy, HistoryEvent, Memory, Status
 from mnemos.errors import Conflict
-from mnemos.storage.history_rows import history_row, record
+from mnemos.storage.history_rows import history_row, record, status_change
 from mnemos.storage.rows import memory_values
 from mnemos.storage.schema import (
     memories,
@@ -23,6 +23,7 @@ from mnemos.storage.schema import (
     tuya_signatures,
     tuya_tokens,
 )
+from mnemos.storage.sql_accounts import agent_held
 from mnemos.storage.sql_base import SqlBase
 
 T = tuya_tokens.c
@@ -59,12 +60,19 @@ class TuyaSql(SqlBase):
         tokens: dict[str, tuple[str, datetime]],
         replaces: uuid.UUID | None = None,
         keep: int | None = None,
-    ) -> None:
+    ) -> bool:
         """Store a pair of token hashes (`{"access": (hash, expiry), "refresh": ...}`); past
-        `keep` pairs of the project, its pairs of the oldest refresh tokens are dropped."""
+        `keep` pairs of the project, its pairs of the oldest refresh tokens are dropped. False,
+        and nothing stored, when the pair it `replaces` has no refresh token left: another
+        refresh of it committed first (PostgreSQL: this DELETE waits for that one's, then finds
+        the rows gone; SQLite writes one at a time)."""
         with self._write(mark=False) as conn:
             if replaces is not None:
-                conn.execute(tuya_tokens.delete().where(T.pair_id == replaces))
+                ended = conn.execute(
+                    tuya_tokens.delete().where(T.pair_id == replaces).returning(T.kind)
+                ).scalars()
+                if "refresh" not in set(ended):
+                    return False
             conn.execute(tuya_tokens.delete().where(T.expires_at < utcnow()))
             for kind, (token_hash, expires_at) in tokens.items():
                 conn.execute(
@@ -86,6 +94,7 @@ class TuyaSql(SqlBase):
                 conn.execute(
                     tuya_tokens.delete().where(T.client_id == client_id, T.pair_id.not_in(newest))
                 )
+        return True
 
     def tuya_token(self, token_hash: str, kind: str) -> tuple[str, uuid.UUID, datetime] | None:
         """`(client_id, pair_id, expires_at)` of a live-or-expired token, None if unknown."""
@@ -150,25 +159,31 @@ class TuyaSql(SqlBase):
 
     def put_tuya_memories(
         self, new: Sequence[tuple[Memory, str]], now: datetime, *, by: ChangedBy | None = None
-    ) -> None:
-        """Insert each memory under its slot, superseding the slot's active value, atomically.
+    ) -> bool:
+        """Insert each memory under its slot, superseding the slot's active value, atomically;
+        False, and nothing written, when a role's agent they name as source is gone.
 
         Writers of one device wait for each other (a lock on the device's row). Should another
         path activate a value of the same slot meanwhile, the insert breaks the unique index of
         active slots and the whole write is tried again, superseding that value.
         """
-        for attempt in range(SLOT_ATTEMPTS):
+        for _ in range(SLOT_ATTEMPTS):
             try:
                 with self._write() as conn:
-                    self._put_slots(conn, new, now, by or SERVER)
-                return
+                    return self._put_slots(conn, new, now, by or SERVER)
             except sa.exc.IntegrityError:
-                if attempt == SLOT_ATTEMPTS - 1:
-                    raise Conflict("Other writers keep changing these memory keys") from None
+                continue  # another path activated a value of one of the slots: again
+        raise Conflict("Other writers keep changing these memory keys")
 
     def _put_slots(
         self, conn: Connection, new: Sequence[tuple[Memory, str]], now: datetime, by: ChangedBy
-    ) -> None:
+    ) -> bool:
+        # The role's agent first, held until the write commits (`agent_held`): an agent deleted
+        # since the role was read leaves nothing written. Before the device's lock and the
+        # rows it supersedes, as `delete_agent` takes its agent's lock before its memories'.
+        for agent_id in {memory.source_agent_id for memory, _ in new} - {None}:
+            if conn.execute(agent_held(agent_id)).first() is None:
+                return False
         by_subject: dict[tuple[uuid.UUID, uuid.UUID | None], list[str]] = {}
         successor = {(memory.subject_id, slot): memory.id for memory, slot in new}
         history = []
@@ -183,7 +198,7 @@ class TuyaSql(SqlBase):
                 memories.update()
                 .where(M.tenant_id == tenant, M.subject_id == subject, M.tuya_slot.in_(slots))
                 .where(M.status == Status.ACTIVE.value)
-                .values(status=Status.SUPERSEDED.value, updated_at=now)
+                .values(status_change(Status.SUPERSEDED, now))
                 .returning(M.id, M.tuya_slot)
             ).all()
             superseded = HistoryEvent.SUPERSEDED
@@ -197,6 +212,7 @@ class TuyaSql(SqlBase):
         created = HistoryEvent.CREATED
         history += [history_row(m.tenant_id, m.id, m.subject_id, created, by, now) for m, _ in new]
         record(conn, history)
+        return True
 
     def delete_tuya_memories(
         self,
