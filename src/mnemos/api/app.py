@@ -93,17 +93,20 @@ def build_services(
 
 async def expire_forever(service: RetentionService, interval: float) -> None:
     """Every `interval` seconds, a retention pass in a thread of its own (never one of the
-    request threads), in short batches; a failed pass is logged and the next one runs."""
+    request threads), in short batches: expired memories archived, idempotency keys past their
+    day forgotten (`RetentionService.sweep`); a failed pass is logged and the next one runs."""
     limiter = CapacityLimiter(1)
     while True:
         await anyio.sleep(interval)
         try:
-            expired = await to_thread.run_sync(service.expire, limiter=limiter)
+            expired, forgotten = await to_thread.run_sync(service.sweep, limiter=limiter)
         except Exception:
             log.exception("retention pass failed")
         else:
             if expired:
                 log.info("retention: archived %d expired memories", expired)
+            if forgotten:
+                log.info("retention: forgot %d expired idempotency keys", forgotten)
 
 
 class _FromSettings:

@@ -139,6 +139,11 @@ class MemoryStore(Protocol):
         """
 
     @abc.abstractmethod
+    def forget_idempotency_keys(self, before: datetime, batch: int) -> int:
+        """In one transaction, delete up to `batch` idempotency keys stored before `before`
+        (every tenant's: a key past its time answers nothing); how many."""
+
+    @abc.abstractmethod
     def get_memory(self, memory_id: uuid.UUID, tenants: Tenants) -> Memory | None:
         """The memory with this id in one of `tenants`, or None."""
 

@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 from mnemos.domain.history import SERVER
 from mnemos.domain.ids import utcnow
-from mnemos.domain.models import ChangedBy, Organization, RetentionPolicy, System, parse_enum
+from mnemos.domain.memories import IDEMPOTENCY_TTL
+from mnemos.domain.models import (
+    Batch,
+    ChangedBy,
+    Organization,
+    RetentionPolicy,
+    System,
+    parse_enum,
+)
 from mnemos.domain.ports import RightsStore
 from mnemos.errors import NotFound, invalid_field
 
@@ -27,6 +37,8 @@ class RetentionStore(RightsStore, Protocol):
     """Retention policies and the archiving of expired memories."""
 
     def get_organization(self, org_id: uuid.UUID) -> Organization | None: ...
+
+    def forget_idempotency_keys(self, before: datetime, batch: int) -> int: ...
 
 
 class RetentionService:
@@ -57,13 +69,9 @@ class RetentionService:
             raise invalid_field("system", "retention applies to working and sensory memories")
         if self.store.get_organization(organization_id) is None:  # as `set` answers it
             raise NotFound("No such organization", {"org": str(organization_id)})
-        total = 0
-        while True:
-            done = self.store.restore_expired(organization_id, kind, self.batch, by)
-            total += done.changed
-            if done.chosen < self.batch:
-                return total
-            time.sleep(self.pause_seconds)
+        return self._in_batches(
+            lambda: self.store.restore_expired(organization_id, kind, self.batch, by)
+        )
 
     def expire(self, now: datetime | None = None) -> int:
         """One pass: archive every expired memory of every policy, `batch` per transaction,
@@ -72,10 +80,35 @@ class RetentionService:
         total = 0
         for policy in self.store.retention_policies():
             before = now - timedelta(days=policy.days)
-            while True:
-                done = self.store.expire_memories(policy, before, self.batch, SERVER)
-                total += done.changed
-                if done.chosen < self.batch:
-                    break
-                time.sleep(self.pause_seconds)
+            total += self._in_batches(
+                partial(self.store.expire_memories, policy, before, self.batch, SERVER)
+            )
         return total
+
+    def forget_keys(self, now: datetime | None = None) -> int:
+        """Forget every idempotency key past its day (`IDEMPOTENCY_TTL`: it can no longer answer
+        a retry), `batch` per transaction; how many. Without it the keys of requests never
+        retried would be kept for good."""
+        before = (now or utcnow()) - IDEMPOTENCY_TTL
+
+        def step() -> Batch:
+            forgotten = self.store.forget_idempotency_keys(before, self.batch)
+            return Batch(forgotten, forgotten)
+
+        return self._in_batches(step)
+
+    def sweep(self) -> tuple[int, int]:
+        """The server's periodic pass: expired memories archived, expired keys forgotten."""
+        return self.expire(), self.forget_keys()
+
+    def _in_batches(self, step: Callable[[], Batch]) -> int:
+        """Run `step` (one transaction of a change made in batches) until a batch chooses fewer
+        than it may, pausing between batches so other writers take their turn; how many it
+        changed."""
+        total = 0
+        while True:
+            done = step()
+            total += done.changed
+            if done.chosen < self.batch:
+                return total
+            time.sleep(self.pause_seconds)

@@ -313,6 +313,8 @@ idempotency_keys = sa.Table(
     sa.Column("fingerprint", sa.String(64), nullable=False),
     sa.Column("memory_id", sa.Uuid(), nullable=False),
     sa.Column("inserted_at", UTCDateTime(), nullable=False),
+    # The server forgets keys past their day in batches, oldest first (`forget_idempotency_keys`).
+    sa.Index("ix_idempotency_keys_inserted_at", "inserted_at"),
 )
 
 # --- recall by meaning (docs/search.md, "Vector storage") -----------------------------------

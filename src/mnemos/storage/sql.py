@@ -148,6 +148,20 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             row = conn.execute(sa.select(keys.memory_id, keys.fingerprint).where(mine)).one()
         return row[0], row[1]
 
+    def forget_idempotency_keys(self, before: datetime, batch: int) -> int:
+        keys = idempotency_keys.c
+        key = sa.tuple_(keys.tenant_id, keys.principal_id, keys.key)
+        # Keys of every tenant: the sweep is the server's, and answers no one.
+        oldest = (
+            sa.select(keys.tenant_id, keys.principal_id, keys.key)
+            .prefix_with(EVERY_TENANT)
+            .where(keys.inserted_at < before)
+            .order_by(keys.inserted_at)
+            .limit(batch)
+        )
+        with self._write() as conn:
+            return conn.execute(idempotency_keys.delete().where(key.in_(oldest))).rowcount
+
     @replica_read
     def get_memory(self, memory_id: uuid.UUID, tenants: Tenants) -> Memory | None:
         query = sa.select(*MEMORY_COLUMNS).where(in_tenants(memories, tenants), M.id == memory_id)
