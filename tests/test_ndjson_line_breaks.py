@@ -1,17 +1,19 @@
 """Every NDJSON producer escapes the line breaks JSON allows raw (U+2028, U+2029, U+0085), so
 that a reader splitting on them (Python's `str.splitlines`) sees one line per record; the values
 read back are the same (the person's export, `mnemos admin export-subject`, `mnemos export`
-and `mnemos import`), on both backends."""
+and `mnemos import`, the JSON log), on both backends."""
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 from pathlib import Path
 
 import orjson
 from fastapi.testclient import TestClient
 
+from mnemos.logs import JsonFormatter
 from mnemos.ndjson import LINE_BREAKS, line_safe
 from mnemos.storage.transfer_import import import_database
 from tests.test_rights_admin import ok, stored
@@ -38,6 +40,13 @@ def test_line_safe_escapes_each_break_and_keeps_the_value() -> None:
     assert orjson.loads(line) == json.loads(line) == value
     untouched = orjson.dumps({"plain": "é “quoted” \u2027"})
     assert line_safe(untouched) is untouched  # nothing to escape: no copy
+
+
+def test_a_json_log_record_is_one_line() -> None:
+    record = logging.makeLogRecord({"msg": "stored %s", "args": (BREAKS,), "name": "mnemos"})
+    line = JsonFormatter().format(record)
+    assert len(line.splitlines()) == 1
+    assert json.loads(line)["message"] == f"stored {BREAKS}"
 
 
 def test_the_persons_export_and_the_admin_export_are_one_line_per_memory(
