@@ -38,8 +38,11 @@ def test_line_safe_escapes_each_break_and_keeps_the_value() -> None:
     line = line_safe(orjson.dumps(value))
     assert not any(raw in line for raw in RAW)
     assert orjson.loads(line) == json.loads(line) == value
-    untouched = orjson.dumps({"plain": "é “quoted” \u2027"})
+    untouched = orjson.dumps({"plain": "é “quoted” \u2027 х"})
     assert line_safe(untouched) is untouched  # nothing to escape: no copy
+    for alone in ("’ é \u2029", "\u2028 ©", "х \x85 ’"):  # each break beside its bytes' kin
+        line = line_safe(orjson.dumps(alone))
+        assert not any(raw in line for raw in RAW) and json.loads(line) == alone
 
 
 def test_a_json_log_record_is_one_line() -> None:
