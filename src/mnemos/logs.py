@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from mnemos.config import Settings
+from mnemos.ndjson import line_safe
 
 ACCESS_LOGGER = "mnemos.access"
 # Attributes every LogRecord has: anything else on a record came as `extra=`.
@@ -28,7 +29,7 @@ _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record."""
+    """One JSON object per record, on one line for any line reader (`ndjson.line_safe`)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -42,7 +43,7 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry, default=str).decode()
+        return line_safe(orjson.dumps(entry, default=str)).decode()  # one record, one line
 
 
 def log_config(settings: Settings, level: str | None = None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from mnemos.domain.models import AgentContext, Change, EncodedBatch, Erasure, Ow
 from mnemos.domain.pagination import MAX_LIMIT
 from mnemos.domain.rights import Exported, HistoryPage
 from mnemos.errors import invalid_field
+from mnemos.ndjson import line_safe
 
 human_router = APIRouter(prefix="/api/v1/me", tags=["Human API"], route_class=MnemosRoute)
 agent_router = APIRouter(prefix="/api/v1/agent", tags=["Agent API"], route_class=MnemosRoute)
@@ -121,7 +122,8 @@ def erased_json(erasure: Erasure) -> dict[str, Any]:
 
 
 def ndjson_lines(batches: Iterable[list[Exported]]) -> Iterator[bytes]:
-    """One chunk per batch, one JSON object per line (a chunk, not a line, per thread hop)."""
+    """One chunk per batch, one JSON object per line (a chunk, not a line, per thread hop),
+    `line_safe`."""
     for batch in batches:
         lines = []
         for item in batch:
@@ -131,7 +133,7 @@ def ndjson_lines(batches: Iterable[list[Exported]]) -> Iterator[bytes]:
             except orjson.JSONEncodeError:
                 lines.append(orjson.dumps(encodable(value)))
         lines.append(b"")
-        yield b"\n".join(lines)
+        yield line_safe(b"\n".join(lines))
 
 
 def encoded_lines(
@@ -150,7 +152,7 @@ def encoded_lines(
             by_key[key] = tail
         lines = [line[:-1] + by_key[key] for line, key in zip(found.lines, found.keys, strict=True)]
         lines.append(b"")
-        yield b"\n".join(lines)
+        yield line_safe(b"\n".join(lines))
 
 
 RIGHTS_THREADS = 2

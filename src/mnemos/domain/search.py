@@ -130,6 +130,14 @@ def index_text(content: str) -> str:
     return " ".join(words_of(content))
 
 
+def recut(indexed: str) -> str:
+    """An `index_text` written before words were cut to `MAX_WORD_BYTES`, as `index_text` writes
+    it now: each word cut (migration 0025 for stored rows, `mnemos import` for older files)."""
+    if len(indexed) <= _SHORT_WORD:  # no word this short can be over the limit
+        return indexed
+    return " ".join(word if len(word) <= _SHORT_WORD else _cut(word) for word in indexed.split(" "))
+
+
 def parse_search(text: str, max_chars: int, field: str = "content_query") -> SearchQuery:
     """Parse a `content_query`; refuse one that is too long or has nothing to search for."""
     if len(text) > max_chars:

@@ -545,16 +545,17 @@ class SqliteStore(SqlStore):
         return TermStats(rows, tuple(postings))
 
     def _audience_matches(
-        self,
-        conn: Connection,
-        query: MemoryQuery,  # noqa: ARG002 - the scope token names the audience whole
-        audience: Audience,
-        part: SearchQuery,
-        most: int,
+        self, conn: Connection, query: MemoryQuery, audience: Audience, part: SearchQuery, most: int
     ) -> int:
         # The index's work of the audience's lookup: the MATCH with its scope token, streamed
-        # (the statement of `SqlStore` would read the whole MATCH before its LIMIT). Within the
+        # (the statement of `SqlStore` would read the whole MATCH before its LIMIT): every entry
+        # carrying the token is the audience's own tenant's. An audience with no token (a
+        # person's own agents in their rooms) would count every tenant's entries of the term, so
+        # another tenant's words could refuse its search: it is counted as `SqlStore` counts it,
+        # on its rows (its tenant and owners), reading what its own lookup reads. Both within the
         # search's budget: a count past it refuses the search as too expensive.
+        if scope_token(audience) is None:
+            return super()._audience_matches(conn, query, audience, part, most)
         return _entries(conn, fts5_query(part, audience), most)
 
     def _recheck_values(self, search: SearchQuery) -> dict[str, Any]:

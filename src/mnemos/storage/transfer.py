@@ -15,9 +15,10 @@ by the target as rows arrive.
 ```
 
 Values are JSON as orjson writes them (UUIDs and times as strings, JSON columns as JSON); bytes
-as base64. An import reads each column back by its type in the target's metadata. An import is
-one transaction: a file that ends early (no trailer, a cut line) is refused and nothing of it
-stays.
+as base64; U+2028, U+2029 and U+0085 escaped (`mnemos.ndjson.line_safe`), so a line is a row
+for any line reader. An import reads each column back by its type in the target's metadata. An
+import is one transaction: a file that ends early (no trailer, a cut line) is refused and
+nothing of it stays.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from mnemos import __version__
 from mnemos.errors import MnemosError
+from mnemos.ndjson import line_safe
 from mnemos.storage import backend
 from mnemos.storage.schema import metadata
 
@@ -239,7 +241,7 @@ def _export_table(conn: Connection, table: sa.Table, out: IO[bytes], progress: P
             for name, encode in converted:
                 record[name] = encode(record[name])
             lines.append(prefix + orjson.dumps(record, option=AS_JSON) + b"}\n")
-        out.write(b"".join(lines))
+        out.write(line_safe(b"".join(lines)))
         count += len(rows)
         progress(len(rows))
     return count

@@ -20,6 +20,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from mnemos.domain.models import HistoryEvent
+from mnemos.domain.search import recut
 from mnemos.domain.tenants import UNKNOWN
 from mnemos.storage.schema import MEMORY_SIDE, erasures, memories, memory_history, metadata
 from mnemos.storage.sql_base import ERASURES_LOCK, EVERY_TENANT
@@ -236,6 +237,8 @@ def _load(
         if name in MEMORY_SIDE and "tenant_id" not in row:  # a file from before revision 0018
             row["tenant_id"] = UNNAMED
             old = True
+        if name == "memories" and isinstance(text := row.get("search_text"), str):
+            row["search_text"] = recut(text)  # a file from before revision 0025 (long words)
         if name != current or len(batch) >= size:
             if current is not None:
                 _flush(conn, targets[current], batch, first, summary, loader, held)
