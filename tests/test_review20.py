@@ -36,10 +36,6 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 # --- 1. signing in on the page waits for another tenant's erasure --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 1: POST /ui/signin waits at the writer gate during any erasure",
-)
 def test_signing_in_on_the_page_does_not_wait_for_another_tenants_erasure(
     client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -185,10 +181,6 @@ def test_signing_in_over_a_session_ends_that_session(client: TestClient, world: 
 # --- 2. `mnemos mcp`'s writes are marked for every tenant ----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 2: stdio MCP writes mark `*`: every tenant's reads wait for them",
-)
 def test_stdio_writes_are_marked_for_their_tenant_only(
     settings: Settings, store: Store, world: World
 ) -> None:

@@ -15,6 +15,7 @@ from mnemos.api.rights import in_threads, rights_threads
 from mnemos.api.ui import rights
 from mnemos.api.ui.web import (
     HOME,
+    SIGN_IN,
     SIGN_IN_REASONS,
     Posted,
     SignedIn,
@@ -126,7 +127,7 @@ def sign_out(
     request: Request, form: Posted = Depends(posted), svc: Services = Depends(services)
 ) -> Response:
     svc.sessions.end(form.who.session)
-    response = redirect("/ui/signin?reason=signed_out")
+    response = redirect(f"{SIGN_IN}?reason=signed_out")
     end_session(response, request, svc)
     return response
 

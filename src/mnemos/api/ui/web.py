@@ -40,6 +40,7 @@ STATIC_DIR = HERE / "static"
 COOKIE = SESSION_COOKIE
 COOKIE_PATH = "/ui"
 HOME = "/ui/"
+SIGN_IN = "/ui/signin"  # its POST only reads: the writer gate lets it through (`app.py`)
 MAX_FORM_FIELDS = 20
 
 # Every asset is Mnemos's own: nothing from another origin may load, frame or be posted to.
@@ -275,9 +276,9 @@ class UiRoute(APIRoute):
                     await count_page_request(request)
                 response = await original(request)
             except SessionExpired:
-                response = redirect("/ui/signin?reason=expired")
+                response = redirect(f"{SIGN_IN}?reason=expired")
             except Unauthorized:
-                response = redirect("/ui/signin?reason=signin")
+                response = redirect(f"{SIGN_IN}?reason=signin")
             except MnemosError as exc:
                 response = error_page(exc)
             response.headers.update(SECURITY_HEADERS)
