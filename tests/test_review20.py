@@ -222,10 +222,6 @@ def test_stdio_writes_are_marked_for_their_tenant_only(
 # --- 3. with the plan off, the page is a dead end ----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 3: plan off: sign-in lands on an error page with no way to About me",
-)
 def test_a_person_without_the_plan_can_reach_their_rights_and_sign_out(
     client: TestClient, world: World, store: Store
 ) -> None:
@@ -241,8 +237,8 @@ def test_a_person_without_the_plan_can_reach_their_rights_and_sign_out(
     and send a person without the plan to `/ui/me` after sign-in."""
     ann = world.user("Ann", "acme")
     store.set_memory_enabled("user", uuid.UUID(ann.id), False)
-    signed_in(client, ann)
-    landing = client.get("/ui/")  # where signing in sends everyone
+    signed_in(client, ann, lands="/ui/me")  # About me: Download and Erase
+    landing = client.get("/ui/")  # the memories page (a bookmark, the navigation's Memories)
     assert landing.status_code == 403 and "plan_required" in landing.text
     assert 'href="/ui/me"' in landing.text, "no way from the landing page to About me"
     assert 'action="/ui/signout"' in landing.text, "no Sign out on the landing page"

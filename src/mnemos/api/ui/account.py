@@ -35,11 +35,13 @@ from mnemos.domain import accounts
 from mnemos.domain.ids import try_uuid
 from mnemos.domain.models import UserContext
 from mnemos.domain.sessions import Session, check_csrf
+from mnemos.domain.visibility import person_plan_allows
 from mnemos.errors import CsrfRefused, MnemosError, Unauthorized
 
 router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
 
 AGENT_KEY_PREFIX = accounts.KEY_PREFIXES["agent"]
+ABOUT_ME = "/ui/me"
 NOTICES = {
     "agent_deleted": "Agent deleted: its key no longer works and its private memories are gone.",
 }
@@ -117,7 +119,8 @@ async def sign_in(request: Request, svc: Services = Depends(services)) -> Respon
     except MnemosError as exc:
         return await refused(exc.message, exc.status)
     token, _ = await run_in_threadpool(svc.sessions.issue, ctx.user.id)
-    response = redirect(HOME)
+    # Without the plan the memories page refuses; About me (download, erase) never does.
+    response = redirect(HOME if person_plan_allows(ctx.user, ctx.organization) else ABOUT_ME)
     set_session(response, request, svc, token)
     return response
 

@@ -42,6 +42,8 @@ COOKIE_PATH = "/ui"
 HOME = "/ui/"
 SIGN_IN = "/ui/signin"  # its POST only reads: the writer gate lets it through (`app.py`)
 MAX_FORM_FIELDS = 20
+SESSION_STATE = "ui_session"  # the session the page read, for `signed_in`
+SIGNED_IN_STATE = "ui_signed_in"  # the person `signed_in` found, for `UiRoute`'s refusals
 
 # Every asset is Mnemos's own: nothing from another origin may load, frame or be posted to.
 SECURITY_HEADERS = {
@@ -156,7 +158,9 @@ async def signed_in(request: Request, svc: Services = Depends(services)) -> Sign
         return SignedIn(svc.sessions.person(session), session)
 
     who = await run_in_threadpool(resolve)
-    request.scope.setdefault("state", {})[CALLER_STATE] = user_identity(who.ctx)
+    state = request.scope.setdefault("state", {})
+    state[CALLER_STATE] = user_identity(who.ctx)
+    state[SIGNED_IN_STATE] = who  # a refusal from here on is their page (`UiRoute`)
     act_for_tenant(request, svc.store, who.ctx.organization_id, who.ctx.user.id)
     return who
 
@@ -233,9 +237,6 @@ def refusal_page(exc: MnemosError) -> HTMLResponse:
     return answer
 
 
-SESSION_STATE = "ui_session"  # the session the page read, for `signed_in`
-
-
 def _person_of_cookie(request: Request) -> uuid.UUID | None:
     """The person whose signed-in session the request's cookie holds (kept for `signed_in`),
     or None."""
@@ -279,8 +280,8 @@ class UiRoute(APIRoute):
                 response = redirect(f"{SIGN_IN}?reason=expired")
             except Unauthorized:
                 response = redirect(f"{SIGN_IN}?reason=signin")
-            except MnemosError as exc:
-                response = error_page(exc)
+            except MnemosError as exc:  # with the navigation and Sign out, once signed in
+                response = error_page(exc, request.scope.get("state", {}).get(SIGNED_IN_STATE))
             response.headers.update(SECURITY_HEADERS)
             return response
 
