@@ -150,10 +150,6 @@ def test_delete_on_mcp_is_refused_as_every_method_not_served(
 # --- 4. signing in over a signed-in session leaves that session open -----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 4: signing in as another person leaves the first session open",
-)
 def test_signing_in_over_a_session_ends_that_session(client: TestClient, world: World) -> None:
     """`POST /ui/signin` accepts the CSRF token of a signed-in session (the form is served to
     a person whose session ended early, and a second tab keeps a signed-in form), issues the

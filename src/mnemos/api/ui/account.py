@@ -30,7 +30,7 @@ from mnemos.api.ui.web import (
     signed_in,
     with_notice,
 )
-from mnemos.api.writer_gate import WriterGate, run_long_write, writer_gate
+from mnemos.api.writer_gate import WriterGate, gate_passed, run_long_write, writer_gate
 from mnemos.domain import accounts
 from mnemos.domain.ids import try_uuid
 from mnemos.domain.models import UserContext
@@ -118,6 +118,12 @@ async def sign_in(request: Request, svc: Services = Depends(services)) -> Respon
         ctx = await authenticate(request, lambda: _person(svc, credential), user_identity)
     except MnemosError as exc:
         return await refused(exc.message, exc.status)
+    if session.user_id is not None:
+        # Signing in over a signed-in session (a second tab, another person at this browser)
+        # ends it, as signing out would: a copy of its cookie opens nothing from now on. The
+        # one write of a sign-in, so it waits for this process's long writes here.
+        await gate_passed(request)
+        await run_in_threadpool(svc.sessions.end, session)
     token, _ = await run_in_threadpool(svc.sessions.issue, ctx.user.id)
     # Without the plan the memories page refuses; About me (download, erase) never does.
     response = redirect(HOME if person_plan_allows(ctx.user, ctx.organization) else ABOUT_ME)
