@@ -94,10 +94,6 @@ def test_signing_in_on_the_page_does_not_wait_for_another_tenants_erasure(
 # --- 5. the page's own 429s say nothing of when to retry -----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 5: a page's 429 for the person's own limit has no Retry-After",
-)
 def test_a_page_refused_for_the_persons_limit_says_when_to_retry(
     settings: Settings, store: Store, world: World
 ) -> None:

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from mnemos.api.access import authenticate
 from mnemos.api.deps import Services, person_of, services, user_identity
+from mnemos.api.error_handlers import refusal_headers
 from mnemos.api.rights import in_threads, rights_threads
 from mnemos.api.ui import rights
 from mnemos.api.ui.web import (
@@ -102,8 +103,10 @@ def _person(svc: Services, credential: str) -> UserContext:
 async def sign_in(request: Request, svc: Services = Depends(services)) -> Response:
     # Reading a session may read the database (a signed-in one: was it ended?), so it runs in a
     # worker thread, never on the event loop, as everything else that reads the database.
-    async def refused(message: str, status: int) -> Response:
-        return await run_in_threadpool(_sign_in_form, request, svc, message, status, True)
+    async def refused(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+        answer = await run_in_threadpool(_sign_in_form, request, svc, message, status, True)
+        answer.headers.update(headers or {})
+        return answer
 
     fields = await form_fields(request)
     try:
@@ -116,8 +119,8 @@ async def sign_in(request: Request, svc: Services = Depends(services)) -> Respon
         return await refused("Enter your API key.", 422)
     try:
         ctx = await authenticate(request, lambda: _person(svc, credential), user_identity)
-    except MnemosError as exc:
-        return await refused(exc.message, exc.status)
+    except MnemosError as exc:  # a bad credential, or too many of them (when to retry)
+        return await refused(exc.message, exc.status, refusal_headers(exc))
     if session.user_id is not None:
         # Signing in over a signed-in session (a second tab, another person at this browser)
         # ends it, as signing out would: a copy of its cookie opens nothing from now on. The

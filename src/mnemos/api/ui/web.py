@@ -31,6 +31,7 @@ from mnemos.api.access import (
     has_session_cookie,
 )
 from mnemos.api.deps import Services, person_identity, services, user_identity
+from mnemos.api.error_handlers import refusal_headers
 from mnemos.domain.models import UserContext
 from mnemos.domain.sessions import Session, check_csrf
 from mnemos.errors import MnemosError, SessionExpired, Unauthorized, ValidationFailed
@@ -212,8 +213,9 @@ TITLES = {401: "Sign in", 403: "Refused", 404: "Not found", 409: "Not possible n
 
 
 def error_page(exc: MnemosError, who: SignedIn | None = None) -> HTMLResponse:
+    """A refusal as a page, with the refusal's headers (`Retry-After` on a 429)."""
     title = TITLES.get(exc.status, "Check your input" if exc.status == 422 else "Error")
-    return page(
+    answer = page(
         "error.html",
         status=exc.status,
         title=title,
@@ -222,6 +224,8 @@ def error_page(exc: MnemosError, who: SignedIn | None = None) -> HTMLResponse:
         who=who,
         details=exc.details or {},
     )
+    answer.headers.update(refusal_headers(exc))
+    return answer
 
 
 def is_page(path: str) -> bool:
