@@ -239,10 +239,6 @@ def test_a_person_without_the_plan_can_reach_their_rights_and_sign_out(
 # --- 6. stdio: a protocol request with a credential no longer valid ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 6: stdio tools/list after a rotation: error code 0 and a traceback",
-)
 def test_stdio_refuses_a_rotated_credential_in_its_own_error_shape(
     settings: Settings, store: Store, world: World
 ) -> None:
