@@ -120,10 +120,6 @@ def test_a_page_refused_for_the_persons_limit_says_when_to_retry(
 # --- 7. DELETE /mcp: advertised, then refused by the SDK in another shape -------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 7: DELETE /mcp is in Allow, then 405 in JSON-RPC shape, no Allow",
-)
 def test_delete_on_mcp_is_refused_as_every_method_not_served(
     client: TestClient, world: World
 ) -> None:
