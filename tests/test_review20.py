@@ -1,8 +1,8 @@
 """Twelfth hostile review (review20): the MCP server and the people's web page.
 
-Each test states the behaviour a finding asks for and is a strict xfail: it fails today for the
+Each test states the behaviour a finding asks for; each was a strict xfail, failing for the
 finding's reason (docs/decisions.md, "A hostile review of the MCP server and the web page
-(2026-12-05, helper "review20")").
+(2026-12-05, helper "review20")"), until its fix ("review20's findings fixed").
 """
 
 from __future__ import annotations
