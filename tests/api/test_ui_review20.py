@@ -5,6 +5,7 @@ sign-in form's 429 says when to retry, and the items review20 noticed without fi
 from __future__ import annotations
 
 import re
+import uuid
 
 from fastapi.testclient import TestClient
 
@@ -56,3 +57,41 @@ def test_no_confirm_page_starts_on_its_destructive_button(client: TestClient, wo
         assert 'class="danger"' in html, html
         focused = AUTOFOCUSED.findall(html)
         assert [(tag, label.strip()) for tag, label in focused] == [("a", "Cancel")], path
+
+
+# --- registering an agent: post, redirect, get -------------------------------------------------
+
+KEY_SHOWN = re.compile(r'id="new-key"[^>]*>(mn_agent_[^<]+)<')
+
+
+def test_reloading_the_page_after_registering_registers_no_other_agent(
+    client: TestClient, world: World, store: Store
+) -> None:
+    """Registering answers 303 to My agents, which shows the key once: reloading that page
+    (what a person does after copying the key) is a GET and registers nothing more. The key
+    reaches the page in a cookie sealed for the session, sent to that page alone and dropped as
+    it is shown: the key is never in the clear in a header, and no other session reads it."""
+    ann = world.user("Ann", "Acme")
+    csrf = signed_in(client, ann)
+    sealed_copy = TestClient(client.app)  # Ann in another browser, with her own session
+    signed_in(sealed_copy, ann)
+    posted = client.post(
+        "/ui/agents", data={"csrf_token": csrf, "name": "Scout"}, follow_redirects=False
+    )
+    assert posted.status_code == 303 and posted.headers["location"] == "/ui/agents"
+    set_cookies = posted.headers.get_list("set-cookie")
+    assert "mn_agent_" not in posted.text + "".join(set_cookies)
+    (flash,) = [c for c in set_cookies if c.startswith("mnemos_new_agent=")]
+    assert "path=/ui/agents" in flash.lower() and "httponly" in flash.lower(), flash
+    sealed = flash.split(";")[0].split("=", 1)[1]
+    sealed_copy.cookies.set("mnemos_new_agent", sealed, path="/ui/agents")
+    assert not KEY_SHOWN.search(sealed_copy.get("/ui/agents").text)  # another session's
+    shown = client.get("/ui/agents")
+    key = KEY_SHOWN.search(shown.text)
+    assert shown.status_code == 200 and key, shown.text
+    assert client.get("/api/v1/agent/me", headers={"X-API-Key": key.group(1)}).is_success
+    for _ in range(2):  # reloads
+        again = client.get("/ui/agents")
+        assert again.status_code == 200 and "Scout" in again.text
+        assert key.group(1) not in again.text
+    assert [agent.name for agent in store.agents_of(uuid.UUID(ann.id))] == ["Scout"]

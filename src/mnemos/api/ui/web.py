@@ -111,25 +111,41 @@ def secure(request: Request, svc: Services) -> bool:
     return svc.settings.ui_secure_cookie or request.url.scheme == "https"
 
 
-def set_session(response: Response, request: Request, svc: Services, token: str) -> None:
+def set_cookie(
+    response: Response,
+    request: Request,
+    svc: Services,
+    name: str,
+    value: str,
+    path: str = COOKIE_PATH,
+    max_age: int | None = None,
+) -> None:
+    """A cookie of the page: HttpOnly, SameSite=Strict, Secure over HTTPS."""
     response.set_cookie(
-        COOKIE,
-        token,
-        path=COOKIE_PATH,
+        name,
+        value,
+        max_age=max_age,
+        path=path,
         httponly=True,
         samesite="strict",
         secure=secure(request, svc),
     )
+
+
+def drop_cookie(
+    response: Response, request: Request, svc: Services, name: str, path: str = COOKIE_PATH
+) -> None:
+    response.delete_cookie(
+        name, path=path, httponly=True, samesite="strict", secure=secure(request, svc)
+    )
+
+
+def set_session(response: Response, request: Request, svc: Services, token: str) -> None:
+    set_cookie(response, request, svc, COOKIE, token)
 
 
 def end_session(response: Response, request: Request, svc: Services) -> None:
-    response.delete_cookie(
-        COOKIE,
-        path=COOKIE_PATH,
-        httponly=True,
-        samesite="strict",
-        secure=secure(request, svc),
-    )
+    drop_cookie(response, request, svc, COOKIE)
 
 
 def cookie_session(request: Request, svc: Services) -> Session:
