@@ -95,3 +95,19 @@ def test_reloading_the_page_after_registering_registers_no_other_agent(
         assert again.status_code == 200 and "Scout" in again.text
         assert key.group(1) not in again.text
     assert [agent.name for agent in store.agents_of(uuid.UUID(ann.id))] == ["Scout"]
+
+
+# --- the page's assets and HEAD ----------------------------------------------------------------
+
+
+def test_the_pages_assets_carry_the_pages_security_headers(client: TestClient) -> None:
+    """`/ui/static/*` is served with `nosniff` and the page's other security headers (a file
+    type a browser could guess otherwise, framing, a policy if opened as a document); unlike a
+    page, a browser may keep it."""
+    for asset in ("/ui/static/ui.css", "/ui/static/ui.js"):
+        for answer in (client.get(asset), client.head(asset)):
+            assert answer.status_code == 200, asset
+            assert answer.headers["x-content-type-options"] == "nosniff", asset
+            assert answer.headers["x-frame-options"] == "DENY", asset
+            assert "default-src 'none'" in answer.headers["content-security-policy"], asset
+            assert answer.headers.get("cache-control") != "no-store", asset

@@ -57,6 +57,8 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+# The stylesheet and the script: the same, but a browser may keep them (they hold nothing).
+ASSET_HEADERS = {name: value for name, value in SECURITY_HEADERS.items() if name != "Cache-Control"}
 
 templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"),
