@@ -111,3 +111,22 @@ def test_the_pages_assets_carry_the_pages_security_headers(client: TestClient) -
             assert answer.headers["x-frame-options"] == "DENY", asset
             assert "default-src 'none'" in answer.headers["content-security-policy"], asset
             assert answer.headers.get("cache-control") != "no-store", asset
+
+
+def test_head_on_a_page_answers_as_get_without_the_body(client: TestClient, world: World) -> None:
+    """HEAD is GET without the body (RFC 9110): a page answers it with GET's status and
+    headers, signed in or not, a redirect too, rather than 405 `Allow: GET`."""
+    ann = world.user("Ann", "Acme")
+    for path in ("/ui/signin", "/ui/", "/ui/me"):  # signed out: the form, then redirects
+        got = client.get(path, follow_redirects=False)
+        head = client.head(path, follow_redirects=False)
+        assert (head.status_code, head.content) == (got.status_code, b""), path
+        assert head.headers.get("location") == got.headers.get("location"), path
+    signed_in(client, ann)
+    for path in ("/ui/", "/ui/agents", "/ui/me", "/ui/me/erase", "/ui/me/export"):
+        got = client.get(path)
+        head = client.head(path)
+        assert (head.status_code, head.content) == (got.status_code, b""), path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+        assert head.headers["x-content-type-options"] == "nosniff", path
+    assert client.head("/ui/no-such-page").status_code == 404

@@ -283,10 +283,24 @@ async def count_page_request(request: Request) -> None:
         await count_request(request, person_identity(person))
 
 
+def without_body(answer: Response) -> Response:
+    """A GET's answer to a HEAD: its status and headers, no body (a download is not computed:
+    its chunks are made as they are sent)."""
+    head = Response(status_code=answer.status_code)
+    head.raw_headers = list(answer.raw_headers)
+    return head
+
+
 class UiRoute(APIRoute):
     """Answers every page with the security headers; a missing or expired session goes to the
     sign-in page (saying which), any other refusal is a page with its status and message. A
-    request with a session cookie is counted here, before the page runs (`counted_by_page`)."""
+    request with a session cookie is counted here, before the page runs (`counted_by_page`).
+    A page served to GET answers HEAD too, as GET without the body."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if self.methods is not None and "GET" in self.methods:
+            self.methods.add("HEAD")
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         original = super().get_route_handler()
@@ -305,6 +319,6 @@ class UiRoute(APIRoute):
             except MnemosError as exc:  # with the navigation and Sign out, once signed in
                 response = error_page(exc, request.scope.get("state", {}).get(SIGNED_IN_STATE))
             response.headers.update(SECURITY_HEADERS)
-            return response
+            return without_body(response) if request.method == "HEAD" else response
 
         return handler
