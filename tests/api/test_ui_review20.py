@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
@@ -130,3 +131,21 @@ def test_head_on_a_page_answers_as_get_without_the_body(client: TestClient, worl
         assert head.headers["content-type"] == got.headers["content-type"], path
         assert head.headers["x-content-type-options"] == "nosniff", path
     assert client.head("/ui/no-such-page").status_code == 404
+
+
+# --- docs/ui.md says what the page says --------------------------------------------------------
+
+NOTICE = re.compile(r'<p class="notice" role="status">([^<]+)</p>')
+
+
+def test_the_erasure_notice_is_the_one_docs_ui_md_quotes(client: TestClient, world: World) -> None:
+    """After erasing, About me shows a fixed notice (no count since review10: a number in the
+    link would be the link's); docs/ui.md quotes that notice rather than promising a count."""
+    ann = world.user("Ann", "Acme")
+    csrf = signed_in(client, ann)
+    erased = client.post("/ui/me/erase", data={"csrf_token": csrf})
+    assert erased.status_code == 200 and erased.history[0].status_code == 303
+    notice = NOTICE.search(erased.text)
+    assert notice, erased.text
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "ui.md").read_text()
+    assert f'"{notice.group(1)}"' in docs, notice.group(1)
