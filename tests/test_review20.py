@@ -1,8 +1,8 @@
 """Twelfth hostile review (review20): the MCP server and the people's web page.
 
-Each test states the behaviour a finding asks for and is a strict xfail: it fails today for the
+Each test states the behaviour a finding asks for; each was a strict xfail, failing for the
 finding's reason (docs/decisions.md, "A hostile review of the MCP server and the web page
-(2026-12-05, helper "review20")").
+(2026-12-05, helper "review20")"), until its fix ("review20's findings fixed").
 """
 
 from __future__ import annotations
@@ -36,10 +36,6 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 # --- 1. signing in on the page waits for another tenant's erasure --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 1: POST /ui/signin waits at the writer gate during any erasure",
-)
 def test_signing_in_on_the_page_does_not_wait_for_another_tenants_erasure(
     client: TestClient, store: Store, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -98,10 +94,6 @@ def test_signing_in_on_the_page_does_not_wait_for_another_tenants_erasure(
 # --- 5. the page's own 429s say nothing of when to retry -----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 5: a page's 429 for the person's own limit has no Retry-After",
-)
 def test_a_page_refused_for_the_persons_limit_says_when_to_retry(
     settings: Settings, store: Store, world: World
 ) -> None:
@@ -128,10 +120,6 @@ def test_a_page_refused_for_the_persons_limit_says_when_to_retry(
 # --- 7. DELETE /mcp: advertised, then refused by the SDK in another shape -------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 7: DELETE /mcp is in Allow, then 405 in JSON-RPC shape, no Allow",
-)
 def test_delete_on_mcp_is_refused_as_every_method_not_served(
     client: TestClient, world: World
 ) -> None:
@@ -154,10 +142,6 @@ def test_delete_on_mcp_is_refused_as_every_method_not_served(
 # --- 4. signing in over a signed-in session leaves that session open -----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 4: signing in as another person leaves the first session open",
-)
 def test_signing_in_over_a_session_ends_that_session(client: TestClient, world: World) -> None:
     """`POST /ui/signin` accepts the CSRF token of a signed-in session (the form is served to
     a person whose session ended early, and a second tab keeps a signed-in form), issues the
@@ -185,10 +169,6 @@ def test_signing_in_over_a_session_ends_that_session(client: TestClient, world: 
 # --- 2. `mnemos mcp`'s writes are marked for every tenant ----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 2: stdio MCP writes mark `*`: every tenant's reads wait for them",
-)
 def test_stdio_writes_are_marked_for_their_tenant_only(
     settings: Settings, store: Store, world: World
 ) -> None:
@@ -230,10 +210,6 @@ def test_stdio_writes_are_marked_for_their_tenant_only(
 # --- 3. with the plan off, the page is a dead end ----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 3: plan off: sign-in lands on an error page with no way to About me",
-)
 def test_a_person_without_the_plan_can_reach_their_rights_and_sign_out(
     client: TestClient, world: World, store: Store
 ) -> None:
@@ -249,8 +225,8 @@ def test_a_person_without_the_plan_can_reach_their_rights_and_sign_out(
     and send a person without the plan to `/ui/me` after sign-in."""
     ann = world.user("Ann", "acme")
     store.set_memory_enabled("user", uuid.UUID(ann.id), False)
-    signed_in(client, ann)
-    landing = client.get("/ui/")  # where signing in sends everyone
+    signed_in(client, ann, lands="/ui/me")  # About me: Download and Erase
+    landing = client.get("/ui/")  # the memories page (a bookmark, the navigation's Memories)
     assert landing.status_code == 403 and "plan_required" in landing.text
     assert 'href="/ui/me"' in landing.text, "no way from the landing page to About me"
     assert 'action="/ui/signout"' in landing.text, "no Sign out on the landing page"
@@ -259,10 +235,6 @@ def test_a_person_without_the_plan_can_reach_their_rights_and_sign_out(
 # --- 6. stdio: a protocol request with a credential no longer valid ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review20 finding 6: stdio tools/list after a rotation: error code 0 and a traceback",
-)
 def test_stdio_refuses_a_rotated_credential_in_its_own_error_shape(
     settings: Settings, store: Store, world: World
 ) -> None:

@@ -286,7 +286,7 @@ def test_a_405_names_the_methods_its_path_serves(client: TestClient) -> None:
         ("PUT", f"/api/v1/me/memories/{uuid.uuid4()}", "DELETE, GET"),
         ("POST", "/api/v1/me/memories/export", "GET"),
         ("DELETE", "/healthz", "GET"),
-        ("PUT", "/ui/agents", "GET, POST"),
+        ("PUT", "/ui/agents", "GET, HEAD, POST"),
     ]:
         refused = client.request(method, path)
         assert refused.status_code == 405, (method, path)

@@ -46,10 +46,11 @@ def sign_in(client: TestClient, credential: str) -> Any:
     )
 
 
-def signed_in(client: TestClient, person: Actor) -> str:
-    """Sign `person` in; the CSRF token of their session."""
+def signed_in(client: TestClient, person: Actor, lands: str = "/ui/") -> str:
+    """Sign `person` in (landing on `lands`: About me without the plan); the CSRF token of
+    their session."""
     done = sign_in(client, person.api_key)
-    assert done.status_code == 303 and done.headers["location"] == "/ui/", done.text
+    assert done.status_code == 303 and done.headers["location"] == lands, done.text
     return csrf_of(client.get("/ui/agents").text)
 
 
@@ -259,7 +260,7 @@ def test_no_page_embeds_a_key_or_anything_from_elsewhere(
     mids = [remember(client, bot, f"ann likes tea {i}", subject_id=ann.id)["id"] for i in range(3)]
     token = signed_in(client, ann)
     registered = client.post("/ui/agents", data={"csrf_token": token, "name": "Scout"})
-    assert registered.status_code == 201
+    assert registered.status_code == 200 and registered.history[0].status_code == 303
     new_key = re.search(r'id="new-key"[^>]*>(mn_agent_[^<]+)<', registered.text)
     assert new_key, registered.text
     assert client.get("/api/v1/agent/me", headers={"X-API-Key": new_key.group(1)}).is_success
@@ -339,7 +340,7 @@ def test_refused_changes_and_a_safe_way_back(client: TestClient, world: World) -
 def test_plan_off_is_a_clear_page(client: TestClient, world: World, store: Store) -> None:
     ann = world.user("Ann", "acme")
     store.set_memory_enabled("user", uuid.UUID(ann.id), False)
-    signed_in(client, ann)
+    signed_in(client, ann, lands="/ui/me")
     answer = client.get("/ui/")
     assert answer.status_code == 403 and "plan_required" in answer.text
     assert client.get("/ui/me").status_code == 200  # rights do not need the plan

@@ -28,6 +28,7 @@ from mnemos.api.observe import ObserveMiddleware
 from mnemos.api.responses import JSONResponse, errors
 from mnemos.api.routing import named
 from mnemos.api.ui import install_ui
+from mnemos.api.ui.web import SIGN_IN as UI_SIGN_IN
 from mnemos.api.writer_gate import WriterGate, WriterGateMiddleware
 from mnemos.config import Settings, load_settings
 from mnemos.domain.human import HumanMemoryService
@@ -196,7 +197,7 @@ def create_app(
     # checks, the body limit (a request the access checks refuse is answered before its body
     # is read: an address past its limit does not get a mebibyte held for it first), and
     # innermost a write's wait for this process's long writes (SQLite).
-    app.add_middleware(WriterGateMiddleware, gate=gate, ungated=MCP_PATH)
+    app.add_middleware(WriterGateMiddleware, gate=gate, ungated=frozenset({MCP_PATH, UI_SIGN_IN}))
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(AccessMiddleware, limiter=limiters.requests, shares=limiters.shares)
     app.add_middleware(

@@ -108,9 +108,14 @@ async def authenticated(
     writes). Every API dependency ends here."""
     ctx = await authenticate(request, resolve, identity)
     found: AgentContext | UserContext = ctx
-    owner = found.owner.id if isinstance(found, AgentContext) else found.user.id
-    act_for_tenant(request, svc.store, found.organization_id, owner)
+    act_for_tenant(request, svc.store, found.organization_id, tenant_person(found))
     return ctx
+
+
+def tenant_person(ctx: AgentContext | UserContext) -> uuid.UUID:
+    """The person whose tenant a caller acts for when it has no organization: an agent's
+    owner, or the person themself (`Store.act_for`)."""
+    return ctx.owner.id if isinstance(ctx, AgentContext) else ctx.user.id
 
 
 async def agent_caller(

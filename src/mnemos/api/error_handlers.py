@@ -63,9 +63,14 @@ def _field_name(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
+def refusal_headers(exc: MnemosError) -> dict[str, str]:
+    """The headers a refusal carries in any shape (JSON or a page): when to retry a 429."""
+    return {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else {}
+
+
 async def _mnemos_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, MnemosError)
-    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
+    headers = refusal_headers(exc)
     return error_response(request, exc.status, exc.code, exc.message, exc.details, headers)
 
 

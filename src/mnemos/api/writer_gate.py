@@ -80,17 +80,19 @@ async def gate_passed(request: Request | None) -> None:
 
 
 class WriterGateMiddleware:
-    """Requests that may write wait at the gate before the app handles them. MCP's requests
-    are all POSTs, reads too: its writing tools wait where they are called (`mcp/server.py`,
-    `gate_passed`), its reads go on (review19)."""
+    """Requests that may write wait at the gate before the app handles them, except on the
+    `ungated` paths, whose POSTs mostly read and which wait where they write, if they do:
+    MCP's requests are all POSTs, reads too, and its writing tools wait where they are called
+    (`mcp/server.py`, review19); the page's sign-in reads a credential and signs a cookie, and
+    waits only to end a session it replaces (`api/ui/account.py`, review20)."""
 
-    def __init__(self, app: ASGIApp, gate: WriterGate, ungated: str):
+    def __init__(self, app: ASGIApp, gate: WriterGate, ungated: frozenset[str]):
         self.app = app
         self.gate = gate
         self.ungated = ungated
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] not in READS:
-            if scope["path"] != self.ungated:
+            if scope["path"] not in self.ungated:
                 await self.gate.passed()
         await self.app(scope, receive, send)

@@ -150,9 +150,12 @@ class HumanMemoryService:
             return memory
         raise Forbidden("Only memories about you or made privately by your agents can be changed")
 
-    def delete(self, ctx: UserContext, memory_id: str) -> None:
+    def delete(self, ctx: UserContext, memory_id: str) -> uuid.UUID:
+        """Delete a memory the person may change; its id (`memory_id` may spell it otherwise:
+        upper case, braces, `urn:uuid:`)."""
         memory = self.changeable(ctx, memory_id)
         self.store.delete_memory(memory.tenant_id, memory.id, by=by_user(ctx))
+        return memory.id
 
     def set_status(self, ctx: UserContext, memory_id: str, status: Status) -> Memory:
         memory = self.changeable(ctx, memory_id)

@@ -12,6 +12,8 @@ A session issued to nobody carries only the CSRF token of the sign-in form.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import secrets
 import uuid
@@ -20,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import jwt
+from cryptography.fernet import Fernet, InvalidToken
 
 from mnemos.domain.accounts import SigningStore, check_not_revoked
 from mnemos.domain.ids import utcnow
@@ -115,6 +118,26 @@ class SessionSigner:
         if user_id is not None and self.store.session_ended(session_id):
             raise Unauthorized("Not signed in")
         return Session(user_id, csrf, float(iat), session_id, float(exp))
+
+    def seal(self, session: Session, value: bytes) -> str:
+        """`value` encrypted for `session` alone, to travel in a short-lived cookie (the key of
+        an agent just registered, to the page that shows it once); `unseal` reads it."""
+        return self._sealer().encrypt(session.session_id.encode() + b"\0" + value).decode()
+
+    def unseal(self, session: Session, sealed: str, max_age_seconds: int) -> bytes | None:
+        """What `seal` encrypted for this same session at most `max_age_seconds` ago, or None
+        (another session's, older, or not sealed here)."""
+        try:
+            plain = self._sealer().decrypt(sealed.encode(), ttl=max_age_seconds)
+        except (InvalidToken, ValueError):
+            return None
+        sealed_for, _, value = plain.partition(b"\0")
+        return value if hmac.compare_digest(sealed_for, session.session_id.encode()) else None
+
+    def _sealer(self) -> Fernet:
+        # A key of its own, derived from the session secret: a sealed value is no session.
+        derived = hashlib.sha256(b"mnemos-ui-sealed\0" + self._secret()).digest()
+        return Fernet(base64.urlsafe_b64encode(derived))
 
     def end(self, session: Session) -> None:
         """Sign out: this session, and every copy of its cookie, is refused from now on."""

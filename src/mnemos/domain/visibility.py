@@ -50,9 +50,14 @@ def plan_allows(*accounts: User | Organization) -> bool:
     return all(account.memory_enabled for account in accounts)
 
 
+def person_plan_allows(user: User, organization: Organization | None) -> bool:
+    """The person's plan, and their organization's if they have one, include memory access."""
+    return plan_allows(user, *((organization,) if organization is not None else ()))
+
+
 def require_memory_plan(user: User, organization: Organization | None) -> None:
     """The person's plan, and their organization's if they have one (403 `plan_required`)."""
-    if not plan_allows(user, *((organization,) if organization is not None else ())):
+    if not person_plan_allows(user, organization):
         raise PlanRequired()
 
 

@@ -73,8 +73,10 @@ class McpEndpoint:
         # stream would hold one of the process's in-flight slots for as long as a client keeps
         # it (a few idle streams, and every caller's requests are refused with 503). The
         # protocol lets a server without that stream answer 405; the SDK's client opens it only
-        # in a session, which a stateless server never starts.
-        return NamedRoute(PATH, endpoint=self, methods=["POST", "DELETE"])
+        # in a session, which a stateless server never starts. No DELETE either: it ends a
+        # session, and there is none (the SDK would refuse it after authentication, in its own
+        # shape, without `Allow`: review20).
+        return NamedRoute(PATH, endpoint=self, methods=["POST"])
 
     @asynccontextmanager
     async def running(self, services: Services) -> AsyncIterator[None]:

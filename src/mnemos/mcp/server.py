@@ -17,6 +17,7 @@ from typing import Any
 from anyio import to_thread
 from mcp import types
 from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 from starlette.requests import Request
 
@@ -39,6 +40,7 @@ from mnemos.mcp.tools import (
 log = logging.getLogger("mnemos.mcp")
 
 CallerOf = Callable[[ServerRequestContext[Any, Any]], Awaitable[Caller]]
+REFUSED = -32001  # JSON-RPC's server-defined range: Mnemos refused a protocol request
 
 INSTRUCTIONS = (
     "Mnemos keeps memories for agents across conversations. Before answering something that "
@@ -65,18 +67,32 @@ def describe(tool: Tool) -> types.Tool:
     )
 
 
-def refusal(exc: MnemosError) -> types.CallToolResult:
-    """A refusal as a tool result: `<code>: <message>`, then the details, if any."""
+def _refusal_parts(exc: MnemosError) -> tuple[str, dict[str, Any]]:
+    """A refusal's text, `<code>: <message>` then the details, if any, and its error object."""
     text = f"{exc.code}: {exc.message}"
     error: dict[str, Any] = {"code": exc.code, "message": exc.message}
     if exc.details:
         text += f" {json.dumps(exc.details, sort_keys=True)}"
         error["details"] = exc.details
+    return text, error
+
+
+def refusal(exc: MnemosError) -> types.CallToolResult:
+    """A refusal as a tool result."""
+    text, error = _refusal_parts(exc)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
         structured_content={"error": error},
         is_error=True,
     )
+
+
+def protocol_refusal(exc: MnemosError) -> MCPError:
+    """A refusal of a request that is not a tool call (`tools/list`: over stdio, a credential
+    rotated or revoked since the start) as the protocol's error: code `REFUSED`, the tool
+    result's text as the message and its error object as the data."""
+    text, error = _refusal_parts(exc)
+    return MCPError(REFUSED, text, error)
 
 
 def _observed(
@@ -160,7 +176,10 @@ def build_server(svc: Services, caller_of: CallerOf) -> Server[Any]:
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        caller = await caller_of(ctx)
+        try:
+            caller = await caller_of(ctx)
+        except MnemosError as exc:  # an expected refusal, not a handler's failure
+            raise protocol_refusal(exc) from None
         return types.ListToolsResult(tools=described[tools_for(caller)])
 
     async def call_tool(

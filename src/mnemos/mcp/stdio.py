@@ -20,7 +20,7 @@ from mcp.server import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from mnemos.api.app import build_services
-from mnemos.api.deps import Services, any_credential
+from mnemos.api.deps import Services, any_credential, tenant_person
 from mnemos.config import Settings
 from mnemos.embedding import embedder_from_settings, worker_embedder
 from mnemos.indexer import Indexer
@@ -44,7 +44,11 @@ def serve_stdio(settings: Settings, credential: str) -> None:
             indexer.start()
 
         async def caller_of(_ctx: ServerRequestContext[Any, Any]) -> Caller:
-            return await to_thread.run_sync(check_credential, svc, credential)
+            caller = await to_thread.run_sync(check_credential, svc, credential)
+            # As HTTP authentication does (`api.deps.authenticated`): this message's writes are
+            # marked for the caller's tenant only, and its reads see them (read replicas).
+            svc.store.act_for(caller.organization_id, tenant_person(caller))
+            return caller
 
         server = build_server(svc, caller_of)
 

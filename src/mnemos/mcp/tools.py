@@ -394,8 +394,8 @@ def _person_status(status: Status) -> Callable[[Services, UserContext, MemoryIdA
 
 
 def _person_delete(svc: Services, ctx: UserContext, args: MemoryIdArguments) -> Answer:
-    svc.human.delete(ctx, args.memory_id)
-    return Answer({"id": args.memory_id, "deleted": True}, f"Deleted memory {args.memory_id}.")
+    deleted = str(svc.human.delete(ctx, args.memory_id))  # the memory's id, as every tool's
+    return Answer({"id": deleted, "deleted": True}, f"Deleted memory {deleted}.")
 
 
 class Deleted(BaseModel):

@@ -10,11 +10,12 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import Scope
 
 from mnemos.api.error_handlers import answer_routing_errors_as
 from mnemos.api.routing import NamedMount
 from mnemos.api.ui import account, memories
-from mnemos.api.ui.web import HOME, STATIC_DIR, is_page, refusal_page
+from mnemos.api.ui.web import ASSET_HEADERS, HOME, STATIC_DIR, is_page, refusal_page
 from mnemos.errors import MnemosError
 
 
@@ -24,13 +25,22 @@ def install_ui(app: FastAPI) -> None:
     app.include_router(memories.router)
     # The pages that count the requests carrying a session cookie (`access.counted_by_page`).
     app.state.page_routes = [*account.router.routes, *memories.router.routes]
-    static = StaticFiles(directory=STATIC_DIR)
+    static = Assets(directory=STATIC_DIR)
     app.router.routes.append(NamedMount("/ui/static", static, "ui-static", ("GET", "HEAD")))
     _answer_pages_errors_as_pages(app)
 
     @app.get("/ui", include_in_schema=False)
     def ui_root() -> RedirectResponse:
         return RedirectResponse(HOME, status_code=308)
+
+
+class Assets(StaticFiles):
+    """The page's assets, with the page's security headers (`nosniff` above all)."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update(ASSET_HEADERS)
+        return response
 
 
 def _answer_pages_errors_as_pages(app: FastAPI) -> None:

@@ -11,34 +11,43 @@ from starlette.concurrency import run_in_threadpool
 
 from mnemos.api.access import authenticate
 from mnemos.api.deps import Services, person_of, services, user_identity
+from mnemos.api.error_handlers import refusal_headers
 from mnemos.api.rights import in_threads, rights_threads
 from mnemos.api.ui import rights
 from mnemos.api.ui.web import (
     HOME,
+    SIGN_IN,
     SIGN_IN_REASONS,
     Posted,
     SignedIn,
     UiRoute,
     cookie_session,
+    drop_cookie,
     end_session,
     form_fields,
     page,
     posted,
     redirect,
+    set_cookie,
     set_session,
     signed_in,
     with_notice,
 )
-from mnemos.api.writer_gate import WriterGate, run_long_write, writer_gate
+from mnemos.api.writer_gate import WriterGate, gate_passed, run_long_write, writer_gate
 from mnemos.domain import accounts
 from mnemos.domain.ids import try_uuid
 from mnemos.domain.models import UserContext
 from mnemos.domain.sessions import Session, check_csrf
+from mnemos.domain.visibility import person_plan_allows
 from mnemos.errors import CsrfRefused, MnemosError, Unauthorized
 
 router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
 
 AGENT_KEY_PREFIX = accounts.KEY_PREFIXES["agent"]
+NEW_AGENT_COOKIE = "mnemos_new_agent"  # the key of an agent just registered, sealed
+NEW_AGENT_PATH = "/ui/agents"  # the page that shows it, and the one path the cookie is sent to
+NEW_AGENT_SECONDS = 120
+ABOUT_ME = "/ui/me"
 NOTICES = {
     "agent_deleted": "Agent deleted: its key no longer works and its private memories are gone.",
 }
@@ -99,8 +108,10 @@ def _person(svc: Services, credential: str) -> UserContext:
 async def sign_in(request: Request, svc: Services = Depends(services)) -> Response:
     # Reading a session may read the database (a signed-in one: was it ended?), so it runs in a
     # worker thread, never on the event loop, as everything else that reads the database.
-    async def refused(message: str, status: int) -> Response:
-        return await run_in_threadpool(_sign_in_form, request, svc, message, status, True)
+    async def refused(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+        answer = await run_in_threadpool(_sign_in_form, request, svc, message, status, True)
+        answer.headers.update(headers or {})
+        return answer
 
     fields = await form_fields(request)
     try:
@@ -113,10 +124,17 @@ async def sign_in(request: Request, svc: Services = Depends(services)) -> Respon
         return await refused("Enter your API key.", 422)
     try:
         ctx = await authenticate(request, lambda: _person(svc, credential), user_identity)
-    except MnemosError as exc:
-        return await refused(exc.message, exc.status)
+    except MnemosError as exc:  # a bad credential, or too many of them (when to retry)
+        return await refused(exc.message, exc.status, refusal_headers(exc))
+    if session.user_id is not None:
+        # Signing in over a signed-in session (a second tab, another person at this browser)
+        # ends it, as signing out would: a copy of its cookie opens nothing from now on. The
+        # one write of a sign-in, so it waits for this process's long writes here.
+        await gate_passed(request)
+        await run_in_threadpool(svc.sessions.end, session)
     token, _ = await run_in_threadpool(svc.sessions.issue, ctx.user.id)
-    response = redirect(HOME)
+    # Without the plan the memories page refuses; About me (download, erase) never does.
+    response = redirect(HOME if person_plan_allows(ctx.user, ctx.organization) else ABOUT_ME)
     set_session(response, request, svc, token)
     return response
 
@@ -126,7 +144,7 @@ def sign_out(
     request: Request, form: Posted = Depends(posted), svc: Services = Depends(services)
 ) -> Response:
     svc.sessions.end(form.who.session)
-    response = redirect("/ui/signin?reason=signed_out")
+    response = redirect(f"{SIGN_IN}?reason=signed_out")
     end_session(response, request, svc)
     return response
 
@@ -134,27 +152,49 @@ def sign_out(
 # --- my agents -----------------------------------------------------------------------------
 
 
-def _agents_page(
-    svc: Services, who: SignedIn, notice: str | None = None, status: int = 200, **new: str
-) -> Response:
-    agents = svc.store.agents_of(who.ctx.user.id)
-    return page(
-        "agents.html", status=status, who=who, active="agents", agents=agents, notice=notice, **new
-    )
+def _just_registered(svc: Services, who: SignedIn, sealed: str | None) -> tuple[str, str] | None:
+    """The id and key of the agent this session just registered, from the one-time cookie."""
+    value = svc.sessions.unseal(who.session, sealed, NEW_AGENT_SECONDS) if sealed else None
+    if value is None:
+        return None
+    agent_id, _, key = value.decode().partition(" ")
+    return agent_id, key
 
 
 @router.get("/agents")
 def agents(
+    request: Request,
     done: str | None = Query(None),
     who: SignedIn = Depends(signed_in),
     svc: Services = Depends(services),
 ) -> Response:
-    return _agents_page(svc, who, NOTICES.get(done or ""))
+    """The person's agents; after registering one, its key, shown this once (the cookie that
+    carried it is dropped: a reload shows only the agent)."""
+    sealed = request.cookies.get(NEW_AGENT_COOKIE)
+    new = _just_registered(svc, who, sealed)
+    agents = svc.store.agents_of(who.ctx.user.id)
+    named = [agent.name for agent in agents if new is not None and str(agent.id) == new[0]]
+    response = page(
+        "agents.html",
+        who=who,
+        active="agents",
+        agents=agents,
+        notice=NOTICES.get(done or ""),
+        new_name=named[0] if named else None,
+        new_key=new[1] if new is not None and named else None,
+    )
+    if sealed is not None:
+        drop_cookie(response, request, svc, NEW_AGENT_COOKIE, NEW_AGENT_PATH)
+    return response
 
 
 @router.post("/agents")
-def register_agent(form: Posted = Depends(posted), svc: Services = Depends(services)) -> Response:
-    """The new key is shown on this answer only (no redirect: nothing keeps it to show again)."""
+def register_agent(
+    request: Request, form: Posted = Depends(posted), svc: Services = Depends(services)
+) -> Response:
+    """Register, then see other: the page it redirects to shows the key once, so reloading
+    it registers nothing more. The key travels there in a cookie for that page alone, sealed
+    for this session (`SessionSigner.seal`), for `NEW_AGENT_SECONDS` at most."""
     issued = accounts.create_agent(
         svc.store,
         form.who.ctx.user.id,
@@ -162,9 +202,10 @@ def register_agent(form: Posted = Depends(posted), svc: Services = Depends(servi
         form.fields.get("description") or None,
         max_agents=svc.settings.max_agents_per_user,
     )
-    return _agents_page(
-        svc, form.who, status=201, new_name=issued.agent.name, new_key=issued.api_key
-    )
+    sealed = svc.sessions.seal(form.who.session, f"{issued.agent.id} {issued.api_key}".encode())
+    response = redirect(NEW_AGENT_PATH)
+    set_cookie(response, request, svc, NEW_AGENT_COOKIE, sealed, NEW_AGENT_PATH, NEW_AGENT_SECONDS)
+    return response
 
 
 @router.get("/agents/{id}/delete")

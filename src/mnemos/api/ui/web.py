@@ -31,6 +31,7 @@ from mnemos.api.access import (
     has_session_cookie,
 )
 from mnemos.api.deps import Services, person_identity, services, user_identity
+from mnemos.api.error_handlers import refusal_headers
 from mnemos.domain.models import UserContext
 from mnemos.domain.sessions import Session, check_csrf
 from mnemos.errors import MnemosError, SessionExpired, Unauthorized, ValidationFailed
@@ -40,7 +41,10 @@ STATIC_DIR = HERE / "static"
 COOKIE = SESSION_COOKIE
 COOKIE_PATH = "/ui"
 HOME = "/ui/"
+SIGN_IN = "/ui/signin"  # its POST only reads: the writer gate lets it through (`app.py`)
 MAX_FORM_FIELDS = 20
+SESSION_STATE = "ui_session"  # the session the page read, for `signed_in`
+SIGNED_IN_STATE = "ui_signed_in"  # the person `signed_in` found, for `UiRoute`'s refusals
 
 # Every asset is Mnemos's own: nothing from another origin may load, frame or be posted to.
 SECURITY_HEADERS = {
@@ -53,6 +57,8 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+# The stylesheet and the script: the same, but a browser may keep them (they hold nothing).
+ASSET_HEADERS = {name: value for name, value in SECURITY_HEADERS.items() if name != "Cache-Control"}
 
 templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -107,25 +113,41 @@ def secure(request: Request, svc: Services) -> bool:
     return svc.settings.ui_secure_cookie or request.url.scheme == "https"
 
 
-def set_session(response: Response, request: Request, svc: Services, token: str) -> None:
+def set_cookie(
+    response: Response,
+    request: Request,
+    svc: Services,
+    name: str,
+    value: str,
+    path: str = COOKIE_PATH,
+    max_age: int | None = None,
+) -> None:
+    """A cookie of the page: HttpOnly, SameSite=Strict, Secure over HTTPS."""
     response.set_cookie(
-        COOKIE,
-        token,
-        path=COOKIE_PATH,
+        name,
+        value,
+        max_age=max_age,
+        path=path,
         httponly=True,
         samesite="strict",
         secure=secure(request, svc),
     )
+
+
+def drop_cookie(
+    response: Response, request: Request, svc: Services, name: str, path: str = COOKIE_PATH
+) -> None:
+    response.delete_cookie(
+        name, path=path, httponly=True, samesite="strict", secure=secure(request, svc)
+    )
+
+
+def set_session(response: Response, request: Request, svc: Services, token: str) -> None:
+    set_cookie(response, request, svc, COOKIE, token)
 
 
 def end_session(response: Response, request: Request, svc: Services) -> None:
-    response.delete_cookie(
-        COOKIE,
-        path=COOKIE_PATH,
-        httponly=True,
-        samesite="strict",
-        secure=secure(request, svc),
-    )
+    drop_cookie(response, request, svc, COOKIE)
 
 
 def cookie_session(request: Request, svc: Services) -> Session:
@@ -155,7 +177,9 @@ async def signed_in(request: Request, svc: Services = Depends(services)) -> Sign
         return SignedIn(svc.sessions.person(session), session)
 
     who = await run_in_threadpool(resolve)
-    request.scope.setdefault("state", {})[CALLER_STATE] = user_identity(who.ctx)
+    state = request.scope.setdefault("state", {})
+    state[CALLER_STATE] = user_identity(who.ctx)
+    state[SIGNED_IN_STATE] = who  # a refusal from here on is their page (`UiRoute`)
     act_for_tenant(request, svc.store, who.ctx.organization_id, who.ctx.user.id)
     return who
 
@@ -207,8 +231,9 @@ TITLES = {401: "Sign in", 403: "Refused", 404: "Not found", 409: "Not possible n
 
 
 def error_page(exc: MnemosError, who: SignedIn | None = None) -> HTMLResponse:
+    """A refusal as a page, with the refusal's headers (`Retry-After` on a 429)."""
     title = TITLES.get(exc.status, "Check your input" if exc.status == 422 else "Error")
-    return page(
+    answer = page(
         "error.html",
         status=exc.status,
         title=title,
@@ -217,6 +242,8 @@ def error_page(exc: MnemosError, who: SignedIn | None = None) -> HTMLResponse:
         who=who,
         details=exc.details or {},
     )
+    answer.headers.update(refusal_headers(exc))
+    return answer
 
 
 def is_page(path: str) -> bool:
@@ -230,9 +257,6 @@ def refusal_page(exc: MnemosError) -> HTMLResponse:
     answer = error_page(exc)
     answer.headers.update(SECURITY_HEADERS)
     return answer
-
-
-SESSION_STATE = "ui_session"  # the session the page read, for `signed_in`
 
 
 def _person_of_cookie(request: Request) -> uuid.UUID | None:
@@ -259,10 +283,24 @@ async def count_page_request(request: Request) -> None:
         await count_request(request, person_identity(person))
 
 
+def without_body(answer: Response) -> Response:
+    """A GET's answer to a HEAD: its status and headers, no body (a download is not computed:
+    its chunks are made as they are sent)."""
+    head = Response(status_code=answer.status_code)
+    head.raw_headers = list(answer.raw_headers)
+    return head
+
+
 class UiRoute(APIRoute):
     """Answers every page with the security headers; a missing or expired session goes to the
     sign-in page (saying which), any other refusal is a page with its status and message. A
-    request with a session cookie is counted here, before the page runs (`counted_by_page`)."""
+    request with a session cookie is counted here, before the page runs (`counted_by_page`).
+    A page served to GET answers HEAD too, as GET without the body."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if self.methods is not None and "GET" in self.methods:
+            self.methods.add("HEAD")
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         original = super().get_route_handler()
@@ -275,12 +313,12 @@ class UiRoute(APIRoute):
                     await count_page_request(request)
                 response = await original(request)
             except SessionExpired:
-                response = redirect("/ui/signin?reason=expired")
+                response = redirect(f"{SIGN_IN}?reason=expired")
             except Unauthorized:
-                response = redirect("/ui/signin?reason=signin")
-            except MnemosError as exc:
-                response = error_page(exc)
+                response = redirect(f"{SIGN_IN}?reason=signin")
+            except MnemosError as exc:  # with the navigation and Sign out, once signed in
+                response = error_page(exc, request.scope.get("state", {}).get(SIGNED_IN_STATE))
             response.headers.update(SECURITY_HEADERS)
-            return response
+            return without_body(response) if request.method == "HEAD" else response
 
         return handler
