@@ -28,6 +28,7 @@ from mnemos.embedding import load_embedder
 from mnemos.embedding.remote import EndpointEmbedder
 from mnemos.errors import EmbedderUnavailable
 from mnemos.indexer import drain
+from mnemos.storage import queue_claims
 from mnemos.storage.base import Store
 from tests.test_claim_fair import _has_vector
 from tests.test_embedding import EmbeddingsServer, good_answer
@@ -71,11 +72,6 @@ def _refusing_long_inputs(body: dict[str, Any]) -> tuple[int, bytes]:
     return good_answer(body)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 1: a memory the endpoint refuses fails every batch it is in, "
-    "forever: another tenant's memories are never embedded",
-)
 def test_a_memory_the_endpoint_refuses_does_not_stop_other_tenants_embeddings(
     store: Store, world: World, server: EmbeddingsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,6 +111,29 @@ def test_a_memory_the_endpoint_refuses_does_not_stop_other_tenants_embeddings(
     asked = [body["input"] for _, _, body in server.requests]
     assert any(AISLE in texts for texts in asked), "the worker never asked for Acme's memory"
     assert embedded, f"Acme's memory was never embedded in {len(asked)} requests"
+
+
+def test_a_refused_memory_is_set_aside_and_reindex_tries_it_again(
+    store: Store, world: World, server: EmbeddingsServer
+) -> None:
+    """Refused `MAX_REFUSALS` times, a memory is set aside: `drain` (`mnemos reindex`) ends,
+    the backlog no longer counts it, `vectors_set_aside` does (keyword search never waits on
+    the queue); `queue_for_model` (a reindex) gives it its tries again."""
+    server.answer = _refusing_long_inputs
+    ann = world.agent(world.user("Ann", "Acme"))
+    refused = agent_memory(ann, "aisle " * 2000)
+    store.insert_memory(refused)
+    embedder = _endpoint(server)
+    drain(store, embedder)
+    assert (store.vector_backlog(), store.vectors_set_aside()) == (0, 1)
+    assert not _has_vector(store, refused.id)
+    tried = len(server.requests)
+    assert tried == queue_claims.MAX_REFUSALS
+    store.queue_for_model(embedder.model, batch=100)
+    assert (store.vector_backlog(), store.vectors_set_aside()) == (1, 0)
+    drain(store, embedder)
+    assert len(server.requests) == tried + queue_claims.MAX_REFUSALS
+    assert store.vectors_set_aside() == 1
 
 
 # --- 2. an endpoint's malformed answer escapes as a 500 -------------------------------------------

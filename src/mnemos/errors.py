@@ -189,6 +189,12 @@ class EmbedderUnavailable(MnemosError):
     status, code, default_message = 503, "embedder_unavailable", "The embedder is unavailable"
 
 
+class EmbedderRefused(EmbedderUnavailable):
+    """The embedder refused the texts themselves (an endpoint's HTTP 400, 413 or 422: a text
+    past the model's context), not for want of a service: another text may well pass. The
+    embedding worker sets such a memory aside rather than fail its whole batch (review22)."""
+
+
 def invalid_field(field: str, problem: str) -> ValidationFailed:
     """A `validation_failed` error that names the offending field."""
     return ValidationFailed(f"Invalid value for {field}: {problem}", details={field: problem})

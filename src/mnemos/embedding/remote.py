@@ -19,12 +19,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from mnemos.errors import EmbedderUnavailable
+from mnemos.errors import EmbedderRefused, EmbedderUnavailable
 
 log = logging.getLogger(__name__)
 
 BATCH = 64  # inputs per request: within every server's default limits
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+REFUSED = frozenset({400, 413, 422})
+"""HTTP statuses by which an endpoint refuses the texts themselves (OpenAI, vLLM and TEI: an
+input past the model's context), not for want of service: `EmbedderRefused`, so the worker
+sets that memory aside instead of failing its batch."""
 
 
 def endpoint_url(url: str) -> str:
@@ -94,7 +98,8 @@ class EndpointEmbedder:
                 raw = response.read(MAX_ANSWER_BYTES + 1)
         except urllib.error.HTTPError as exc:
             log.warning("embeddings endpoint %s: HTTP %s %s", self.url, exc.code, _snippet(exc))
-            raise self._error(f"answered HTTP {exc.code}") from exc
+            kind = EmbedderRefused if exc.code in REFUSED else EmbedderUnavailable
+            raise self._error(f"answered HTTP {exc.code}", kind) from exc
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise self._error(f"could not be reached: {reason}") from exc
@@ -121,10 +126,12 @@ class EndpointEmbedder:
         normalised: NDArray[np.float32] = (vectors / norms).astype(np.float32)
         return normalised
 
-    def _error(self, problem: str) -> EmbedderUnavailable:
+    def _error(
+        self, problem: str, kind: type[EmbedderUnavailable] = EmbedderUnavailable
+    ) -> EmbedderUnavailable:
         """The error callers see names the model, not the endpoint's address (it is logged)."""
         log.warning("embeddings endpoint %s (model %r) %s", self.url, self.model, problem)
-        return EmbedderUnavailable(
+        return kind(
             f"The embeddings endpoint (model {self.model!r}) {problem}",
             details={"model": self.model},
         )
