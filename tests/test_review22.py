@@ -145,11 +145,6 @@ MALFORMED = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 2: RecursionError/OverflowError from an endpoint's answer are "
-    "not embedder_unavailable",
-)
 @pytest.mark.parametrize("answer", sorted(MALFORMED))
 def test_an_endpoints_malformed_answer_is_embedder_unavailable(
     server: EmbeddingsServer, answer: str
@@ -166,11 +161,6 @@ def test_an_endpoints_malformed_answer_is_embedder_unavailable(
         embedder.embed(["one"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 2: a malformed endpoint answer makes a hybrid search a 500, not "
-    "a keyword fallback",
-)
 @pytest.mark.parametrize("answer", sorted(MALFORMED))
 def test_a_hybrid_search_falls_back_to_keyword_on_a_malformed_answer(
     settings: Settings,

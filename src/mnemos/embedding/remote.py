@@ -112,7 +112,9 @@ class EndpointEmbedder:
             items = _items(json.loads(raw))
             ordered = sorted(items, key=lambda item: int(item.get("index", 0)))
             rows = [[float(x) for x in item["embedding"]] for item in ordered]
-        except (ValueError, TypeError, KeyError) as exc:
+        # A body nested past the parser's depth (RecursionError), a number too large for a
+        # float (OverflowError): as malformed as any other (review22, finding 2).
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as exc:
             raise self._error(f"answered something that is not an embeddings list: {exc}") from exc
         if len(rows) != count:
             raise self._error(f"answered {len(rows)} vectors for {count} texts")
