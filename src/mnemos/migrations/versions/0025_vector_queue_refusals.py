@@ -15,6 +15,8 @@ Create Date: 2026-12-05
 
 from __future__ import annotations
 
+import sqlite3
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -32,5 +34,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("vector_queue") as batch:
-        batch.drop_column("refusals")
+    # Not through a batch (a copy of the table): SQLite's trigger on `memories` names
+    # `vector_queue`, and the copy's rename breaks it. SQLite before 3.35 cannot drop a column:
+    # it keeps it (the earlier code never reads it, and it has a default).
+    if op.get_bind().dialect.name == "sqlite" and sqlite3.sqlite_version_info < (3, 35):
+        return
+    op.drop_column("vector_queue", "refusals")
