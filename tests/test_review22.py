@@ -336,11 +336,6 @@ def test_the_endpoint_timeout_bounds_the_whole_call() -> None:
 # --- 6. the answer's indexes are not checked ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 6: an answer whose indexes repeat or skip is taken, vectors given "
-    "to the wrong texts",
-)
 @pytest.mark.parametrize("indexes", [(1, 1), (0, 2), (0, 0)])
 def test_an_answer_whose_indexes_are_not_each_text_once_is_refused(
     server: EmbeddingsServer, indexes: tuple[int, int]

@@ -110,8 +110,7 @@ class EndpointEmbedder:
     def _vectors(self, raw: bytes, count: int) -> NDArray[np.float32]:
         try:
             items = _items(json.loads(raw))
-            ordered = sorted(items, key=lambda item: int(item.get("index", 0)))
-            rows = [[float(x) for x in item["embedding"]] for item in ordered]
+            rows = [[float(x) for x in item["embedding"]] for item in _ordered(items, count)]
         # A body nested past the parser's depth (RecursionError), a number too large for a
         # float (OverflowError): as malformed as any other (review22, finding 2).
         except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as exc:
@@ -148,6 +147,18 @@ def _items(answer: Any) -> list[dict[str, Any]]:
     ):
         raise ValueError('an item without an "embedding" list')
     return items
+
+
+def _ordered(items: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """The items in `index` order, when their indexes are `0 .. count - 1` once each (an answer
+    without any index is taken in its order): a text never gets another text's vector, as from a
+    proxy that numbers each sub-batch from 0 (review22, finding 6)."""
+    if all("index" not in item for item in items):
+        return items
+    indexes = [item.get("index") for item in items]
+    if any(type(index) is not int for index in indexes) or sorted(indexes) != list(range(count)):
+        raise ValueError(f"indexes {indexes[:10]} are not each of 0 to {count - 1} once")
+    return sorted(items, key=lambda item: int(item["index"]))
 
 
 def _snippet(error: urllib.error.HTTPError) -> str:
