@@ -156,7 +156,8 @@ def _ordered(items: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
     if all("index" not in item for item in items):
         return items
     indexes = [item.get("index") for item in items]
-    if any(type(index) is not int for index in indexes) or sorted(indexes) != list(range(count)):
+    whole = [index for index in indexes if isinstance(index, int) and not isinstance(index, bool)]
+    if len(whole) != len(indexes) or sorted(whole) != list(range(count)):
         raise ValueError(f"indexes {indexes[:10]} are not each of 0 to {count - 1} once")
     return sorted(items, key=lambda item: int(item["index"]))
 
