@@ -309,11 +309,6 @@ class Dripping:
         self.listener.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 5: MNEMOS_EMBEDDER_TIMEOUT_SECONDS bounds each socket read, not "
-    "the call: a dripping endpoint is waited for without bound",
-)
 def test_the_endpoint_timeout_bounds_the_whole_call() -> None:
     """docs/search.md: `MNEMOS_EMBEDDER_TIMEOUT_SECONDS` is "how long one call to the endpoint
     may take"; `urlopen(timeout=...)` bounds each blocking socket operation, so an endpoint
@@ -362,11 +357,6 @@ def test_an_answer_whose_indexes_are_not_each_text_once_is_refused(
 # --- 7. an answer is parsed whole, up to 64 MB ----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 7: an endpoint's oversized answer is parsed whole (18x its size "
-    "in memory) before its size is checked",
-)
 def test_an_oversized_answer_is_refused_before_it_is_parsed(server: EmbeddingsServer) -> None:
     """`_request` reads up to `MAX_ANSWER_BYTES` (64 MB) whatever was asked, and `_vectors`
     parses it into Python lists (measured: 18 times the answer's size, ~1.2 GB for 64 MB)

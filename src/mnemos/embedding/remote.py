@@ -7,9 +7,11 @@ is trusted until checked: one finite vector per text, in order, all of the expec
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,6 +27,12 @@ log = logging.getLogger(__name__)
 
 BATCH = 64  # inputs per request: within every server's default limits
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+PIECE = 64 * 1024  # an answer is read this much at a time, its size and deadline checked
+BYTES_PER_NUMBER = 40  # "-1.2345678901234567e-05, " is 25: an answer's most per number...
+BYTES_PER_TEXT = 1024  # ... per text (its object, index, whitespace) ...
+ANSWER_MARGIN = 64 * 1024  # ... and in all (usage, model name, whitespace)
+PROBE_DIMENSIONS = 16_384
+"""The largest vector the startup probe (its size not known yet) reads an answer for."""
 REFUSED = frozenset({400, 413, 422})
 """HTTP statuses by which an endpoint refuses the texts themselves (OpenAI, vLLM and TEI: an
 input past the model's context), not for want of service: `EmbedderRefused`, so the worker
@@ -73,7 +81,9 @@ class EndpointEmbedder:
         self.model = model
         self._api_key = api_key
         self._timeout = timeout_seconds
-        self.dimensions = dimensions or self._request(["dimensions"]).shape[1]
+        self.dimensions = dimensions
+        if not dimensions:
+            self.dimensions = self._request(["dimensions"]).shape[1]
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         if not texts:
@@ -93,9 +103,10 @@ class EndpointEmbedder:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         request = urllib.request.Request(self.url, body.encode(), headers, method="POST")
+        deadline = time.monotonic() + self._timeout
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as response:  # noqa: S310
-                raw = response.read(MAX_ANSWER_BYTES + 1)
+                raw = self._read(response, len(texts), deadline)
         except urllib.error.HTTPError as exc:
             log.warning("embeddings endpoint %s: HTTP %s %s", self.url, exc.code, _snippet(exc))
             kind = EmbedderRefused if exc.code in REFUSED else EmbedderUnavailable
@@ -103,9 +114,28 @@ class EndpointEmbedder:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise self._error(f"could not be reached: {reason}") from exc
-        if len(raw) > MAX_ANSWER_BYTES:
-            raise self._error(f"answered more than {MAX_ANSWER_BYTES} bytes")
         return self._vectors(raw, len(texts))
+
+    def _read(self, response: http.client.HTTPResponse, count: int, deadline: float) -> bytes:
+        """The answer's body, read a piece at a time: refused unparsed once it is longer than
+        `count` vectors can be (an 8-dimension text's answer is under 2 KB; a hostile endpoint
+        answered 64 MB, parsed into 1.2 GB: review22, finding 7), or once the call is past its
+        `deadline` (the socket's timeout bounds each read only: an endpoint that drips a byte a
+        second held a call for as long as it dripped, finding 5)."""
+        numbers = self.dimensions or PROBE_DIMENSIONS
+        limit = min(
+            MAX_ANSWER_BYTES, ANSWER_MARGIN + count * (BYTES_PER_TEXT + BYTES_PER_NUMBER * numbers)
+        )
+        pieces: list[bytes] = []
+        size = 0
+        while piece := response.read1(PIECE):
+            size += len(piece)
+            if size > limit:
+                raise self._error(f"answered more than {limit} bytes for {count} texts")
+            if time.monotonic() > deadline:
+                raise self._error(f"took more than {self._timeout:g} s to answer")
+            pieces.append(piece)
+        return b"".join(pieces)
 
     def _vectors(self, raw: bytes, count: int) -> NDArray[np.float32]:
         try:
