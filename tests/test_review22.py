@@ -236,11 +236,6 @@ def test_a_model_answering_another_size_under_its_name_does_not_break_search(
 # --- 4. a model whose vectors are not a multiple of 8 long ----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 4: vectors whose size is not a multiple of 8 make every search by "
-    "meaning a 500",
-)
 @pytest.mark.parametrize("mode", ["hybrid", "semantic"])
 def test_a_model_of_any_vector_size_searches_by_meaning(
     settings: Settings,
