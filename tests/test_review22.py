@@ -15,9 +15,12 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from mnemos import indexer
@@ -25,13 +28,19 @@ from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain import recall
 from mnemos.embedding import load_embedder
+from mnemos.embedding.local import MODEL as LOCAL
 from mnemos.embedding.remote import EndpointEmbedder
 from mnemos.errors import EmbedderUnavailable
 from mnemos.indexer import drain
-from mnemos.storage import queue_claims
+from mnemos.storage import migrate, open_store, queue_claims
 from mnemos.storage.base import Store
+from mnemos.storage.postgres import driver_url
+from mnemos.storage.schema import memory_vectors, vector_chunks
+from mnemos.storage.sql_vectors import CHUNK_ROWS
+from tests.conftest import BACKENDS
 from tests.test_claim_fair import _has_vector
 from tests.test_embedding import EmbeddingsServer, good_answer
+from tests.test_migration_tuya import fresh_database
 from tests.test_recall import AISLE, acme, put  # noqa: F401
 from tests.world import Actor, World, agent_memory
 
@@ -191,11 +200,6 @@ def test_a_hybrid_search_falls_back_to_keyword_on_a_malformed_answer(
 # --- 3. vectors of another size under the same model name -----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 3: vectors of another size under one model name make every "
-    "search by meaning a 500",
-)
 @pytest.mark.parametrize("mode", ["hybrid", "semantic"])
 def test_a_model_answering_another_size_under_its_name_does_not_break_search(
     settings: Settings,
@@ -372,3 +376,38 @@ def test_an_oversized_answer_is_refused_before_it_is_parsed(server: EmbeddingsSe
     finally:
         tracemalloc.stop()
     assert peak < 2 * len(huge), f"held {peak / 1e6:.0f} MB for a {len(huge) / 1e6:.0f} MB answer"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migration_adds_the_size_to_an_endpoints_stored_vectors(
+    backend: str, tmp_path: Path
+) -> None:
+    """0025: the vectors an endpoint stored under its model's name alone (`m`) get their size
+    (`m@8`, in `memory_vectors` and the sealed chunks), so they stay the current model's
+    (`EndpointEmbedder.model`) and nothing is embedded again; the local model's are kept."""
+    with fresh_database(backend, tmp_path) as url:
+        settings = Settings(database_url=url)
+        migrate(settings, "0024_vector_chunk_bits_first")
+        opened = open_store(settings)
+        world = World(opened)
+        agent = world.agent(world.user("Ann", "acme"))
+        made = [agent_memory(agent, f"note {i}") for i in range(CHUNK_ROWS + 3)]
+        opened.replace_memories(agent.tenant, made, [], made[0].inserted_at)
+        rng = np.random.default_rng(25)
+        vectors = rng.standard_normal((len(made), 8)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        opened.save_vectors("m", [memory.id for memory in made[:-1]], vectors[:-1])
+        opened.save_vectors(LOCAL, [made[-1].id], vectors[-1:])
+        opened.close()
+        migrate(settings)
+        engine = sa.create_engine(driver_url(url))
+        with engine.connect() as conn:
+            stored = conn.execute(sa.select(memory_vectors.c.model)).scalars().all()
+            sealed = conn.execute(sa.select(vector_chunks.c.model)).scalars().all()
+        engine.dispose()
+        assert sorted(set(stored)) == sorted({"m@8", LOCAL}) and sealed == ["m@8"]
+        reopened = open_store(settings)
+        try:
+            assert reopened.queue_for_model("m@8", batch=100) == 1  # the local model's one
+        finally:
+            reopened.close()

@@ -60,6 +60,7 @@ class EndpointEmbedder:
     `dimensions` 0 asks the endpoint once (embedding one word) when the embedder is built, so a
     wrong URL, model or key fails at startup rather than at the first store. Vectors are
     L2-normalised here, whatever the server does. Thread-safe: each call is its own request.
+    `name` is the model asked for; `model`, what its vectors record, is `name@dimensions`.
     """
 
     remote = True
@@ -78,12 +79,17 @@ class EndpointEmbedder:
                 "MNEMOS_EMBEDDER_MODEL must name the model when MNEMOS_EMBEDDER is a URL"
             )
         self.url = endpoint_url(url)
-        self.model = model
+        self.name = model
         self._api_key = api_key
         self._timeout = timeout_seconds
         self.dimensions = dimensions
         if not dimensions:
             self.dimensions = self._request(["dimensions"]).shape[1]
+        # What every vector records: the name with the size, as an endpoint's name is often an
+        # alias (vLLM's --served-model-name, a gateway's route, an Ollama tag) that may come to
+        # name a model of another size: its vectors are then another model's, queued by
+        # `mnemos reindex`, never compared with the new ones (review22, finding 3).
+        self.model = f"{model}@{self.dimensions}"
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         if not texts:
@@ -98,7 +104,7 @@ class EndpointEmbedder:
         return vectors
 
     def _request(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        body = json.dumps({"model": self.model, "input": list(texts), "encoding_format": "float"})
+        body = json.dumps({"model": self.name, "input": list(texts), "encoding_format": "float"})
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
@@ -161,10 +167,10 @@ class EndpointEmbedder:
         self, problem: str, kind: type[EmbedderUnavailable] = EmbedderUnavailable
     ) -> EmbedderUnavailable:
         """The error callers see names the model, not the endpoint's address (it is logged)."""
-        log.warning("embeddings endpoint %s (model %r) %s", self.url, self.model, problem)
+        log.warning("embeddings endpoint %s (model %r) %s", self.url, self.name, problem)
         return kind(
-            f"The embeddings endpoint (model {self.model!r}) {problem}",
-            details={"model": self.model},
+            f"The embeddings endpoint (model {self.name!r}) {problem}",
+            details={"model": self.name},
         )
 
 

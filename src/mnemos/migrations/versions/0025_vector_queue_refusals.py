@@ -8,6 +8,13 @@ embeds a refused batch's texts one at a time and counts each refusal against its
 reindex` gives it another try. Adding a column with a constant default rewrites no row on
 PostgreSQL (11+) nor SQLite.
 
+An endpoint's vectors record its model's name with their size (`nomic-embed-text@768`): a name
+is often an alias that may come to name a model of another size, whose vectors then counted as
+the same model's and made every search by meaning a 500 (review22, finding 3). The vectors an
+endpoint stored before get their size added here (every model but the local one, whose name
+fixes its size, and names holding an `@` already), so nothing needs embedding again;
+downgrading leaves them so (the earlier code then sees another model: `mnemos reindex`).
+
 Revision ID: 0025_vector_queue_refusals
 Revises: 0024_vector_chunk_bits_first
 Create Date: 2026-12-05
@@ -26,11 +33,26 @@ branch_labels = None
 depends_on = None
 
 
+LOCAL_MODEL = "all-MiniLM-L6-v2-int8"  # mnemos.embedding.local.MODEL, as of this migration
+
+
 def upgrade() -> None:
     op.add_column(
         "vector_queue",
         sa.Column("refusals", sa.SmallInteger(), nullable=False, server_default="0"),
     )
+    # One int8 byte per number: a vector's size is its length, a chunk's its length per row.
+    sized = {
+        "memory_vectors": "length(vector)",
+        "vector_chunks": "length(vectors) / rows",
+    }
+    for table, size in sized.items():
+        op.execute(
+            sa.text(
+                f"UPDATE {table} SET model = model || '@' || CAST({size} AS VARCHAR) "
+                "WHERE model != :local AND model NOT LIKE '%@%'"
+            ).bindparams(local=LOCAL_MODEL)
+        )
 
 
 def downgrade() -> None:
