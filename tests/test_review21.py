@@ -26,7 +26,7 @@ from fastapi.testclient import TestClient
 from mnemos.config import Settings
 from mnemos.storage import open_store
 from mnemos.storage.base import Store
-from tests.world import World, memory_body
+from tests.world import World
 
 STARTED_WITHIN = 120.0  # seconds a server gets to start on a busy shared machine (not a measure)
 UNREACHABLE_PG = "postgresql://mnemos@127.0.0.1:1/mnemos"  # nothing listens on port 1
@@ -100,11 +100,6 @@ def answering(port: int, process: subprocess.Popen[bytes]) -> None:
 # --- 2. a second `serve --workers` joins the port of a running one --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 2: a second `serve --workers N` on a port a running one serves "
-    "binds it too (SO_REUSEPORT): the kernel splits the clients between two databases",
-)
 def test_a_second_server_with_workers_is_refused_the_port_of_a_running_one(
     tmp_path: Path,
 ) -> None:
@@ -128,17 +123,14 @@ def test_a_second_server_with_workers_is_refused_the_port_of_a_running_one(
                 time.sleep(0.2)
             assert second.poll() is not None, "the second server serves the port too"
             assert second.returncode != 0
+            said = log.read_text()
+            assert "Traceback" not in said and f"cannot listen on 127.0.0.1:{port}" in said, said
         assert first.poll() is None
 
 
 # --- 6. settings the server cannot run with: a traceback, not the variable ------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 6: a MNEMOS_* value the server cannot take ends every command in a "
-    "traceback naming a pydantic field (or a file), not the variable",
-)
 @pytest.mark.parametrize(
     ("command", "variable", "value"),
     [
@@ -169,11 +161,6 @@ def test_a_bad_setting_is_one_line_naming_its_variable(
     assert variable in done.stderr, done.stderr[-600:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 7: `mnemos doctor` says `ok configuration` (exit 0) for settings "
-    "`serve` refuses to start with (an embeddings URL without a model, a missing JWKS file)",
-)
 @pytest.mark.parametrize(
     "env",
     [
@@ -193,11 +180,6 @@ def test_doctor_finds_the_settings_serve_refuses(tmp_path: Path, env: dict[str, 
 # --- 8. a database URL that is wrong: tracebacks from every command but doctor ---------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 8: an unknown scheme, a bare path, an unreachable PostgreSQL or a "
-    "MNEMOS_DATA_DIR that cannot be made ends the commands in a traceback, not the JSON refusal",
-)
 @pytest.mark.parametrize(
     ("args", "env"),
     [
@@ -225,11 +207,6 @@ def test_a_wrong_database_is_refused_in_the_json_shape(
     refused_in_one_json_line(done)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 9: `serve` on an unreachable PostgreSQL, with `--workers` on a "
-    "busy port, or with an unknown `--log-level` ends in a traceback",
-)
 @pytest.mark.parametrize("case", ["unreachable", "busy_port_workers", "log_level"])
 def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path, case: str) -> None:
     """One worker on a busy port says so in one line (uvicorn's "address already in use", exit
@@ -258,10 +235,6 @@ def test_serve_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path, cas
     assert "Traceback" not in done.stderr, done.stderr[-600:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 9: `mnemos mcp --log-level verbose` ends in a traceback",
-)
 def test_mcp_refuses_an_unknown_log_level_in_one_line(tmp_path: Path) -> None:
     db = tmp_path / "mnemos.db"
     assert mnemos("migrate", "--database-url", f"sqlite:///{db}").returncode == 0
@@ -281,35 +254,25 @@ def test_mcp_refuses_an_unknown_log_level_in_one_line(tmp_path: Path) -> None:
 # --- 5. PostgreSQL: what docs/deploying.md says transaction pooling may rely on ---------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 5: psycopg prepares Mnemos's repeated statements on the server "
-    "(per connection, across transactions): transaction pooling is not safe as documented",
-)
-def test_no_statement_is_prepared_on_a_pooled_connection(settings: Settings, world: World) -> None:
-    """docs/deploying.md, "Connection pooling": "Mnemos uses no session state (no prepared
-    statements across transactions, ...), so transaction pooling is safe". psycopg 3 prepares
-    a statement on the server once a connection ran it `prepare_threshold` (5) times, and uses
-    it in later transactions: behind PgBouncer in transaction mode (without
-    `max_prepared_statements`) those land on another server connection ("prepared statement
-    "_pg3_0" does not exist"). Mnemos never sets `prepare_threshold=None`."""
+def test_a_process_holds_at_most_four_times_the_pool_size_on_the_primary(
+    settings: Settings,
+) -> None:
+    """docs/deploying.md, "Connection pooling" (review21 finding 5, corrected there): size
+    `max_connections` for `processes x 4 x pool size`: two pools on the primary (reads and
+    writes; searches), each of `MNEMOS_DB_POOL_SIZE` with as many again in overflow. A pool
+    added to the store must come with the arithmetic corrected."""
     if settings.database_url.startswith("sqlite"):
         pytest.skip("PostgreSQL's connections only")
-    one = settings.model_copy(update={"db_pool_size": 1})
-    store: Store = open_store(one)
+    three = settings.model_copy(update={"db_pool_size": 3})
+    store: Store = open_store(three)
     try:
-        from mnemos.api.app import create_app
-
-        ann = world.user("Ann", "acme")
-        bot = world.agent(ann)
-        with TestClient(create_app(one, store)) as client:
-            client.post("/api/v1/agent/memories", headers=bot.headers, json=memory_body("a fact"))
-            for _ in range(8):
-                assert client.get("/api/v1/agent/memories", headers=bot.headers).status_code == 200
-        engine = store._read_engine  # type: ignore[attr-defined]
-        with engine.connect() as conn:  # the pool's one connection, the requests' own
-            prepared = conn.exec_driver_sql("SELECT name FROM pg_prepared_statements").all()
-        assert prepared == []
+        engines = [
+            getattr(store, name)
+            for name in vars(store)
+            if name.endswith("_engine") and getattr(store, name) is not None
+        ]
+        pools = {id(engine.pool): engine.pool for engine in engines}
+        assert sum(pool.size() + pool._max_overflow for pool in pools.values()) == 4 * 3
     finally:
         store.close()
 
@@ -317,13 +280,11 @@ def test_no_statement_is_prepared_on_a_pooled_connection(settings: Settings, wor
 # --- 1. `export --out` / `admin export-subject --out` the database itself -------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 1: `export --out` or `admin export-subject --out` naming the SQLite "
-    "database renames the NDJSON over it: every row is gone",
-)
+@pytest.mark.parametrize("suffix", ["", "-wal"])
 @pytest.mark.parametrize("command", ["export", "export-subject"])
-def test_an_export_into_the_database_file_is_refused(tmp_path: Path, command: str) -> None:
+def test_an_export_into_the_database_file_is_refused(
+    tmp_path: Path, command: str, suffix: str
+) -> None:
     """review10 made `mnemos backup --out` refuse the database's own files (by path or inode);
     the two exports write `FILE.partial` and rename it over `--out` just the same
     (`cli_ops.whole_file`), so `--out ~/.local/share/mnemos/mnemos.db` (a tab completion, a
@@ -338,12 +299,15 @@ def test_an_export_into_the_database_file_is_refused(tmp_path: Path, command: st
         *("--org", org["id"], "--database-url", url),
     )
     user = json.loads(person.stdout)["id"]
+    out = str(db) + suffix
     args = {
-        "export": ("export", "--out", str(db)),
-        "export-subject": ("admin", "export-subject", "--user", user, "--out", str(db)),
+        "export": ("export", "--out", out),
+        "export-subject": ("admin", "export-subject", "--user", user, "--out", out),
     }[command]
     done = mnemos(*args, "--database-url", url)
-    assert done.returncode == 1, done.stdout
+    error = refused_in_one_json_line(done)
+    assert error["code"] == "cannot_write" and "database" in str(error["message"])
+    assert not Path(out + ".partial").exists()  # refused before anything was written
     store = open_store(Settings(database_url=url))
     try:
         assert store.get_organization(uuid.UUID(org["id"])) is not None
@@ -351,11 +315,6 @@ def test_an_export_into_the_database_file_is_refused(tmp_path: Path, command: st
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 8: `mnemos reindex` with an embeddings endpoint that does not "
-    "answer ends in an EmbedderUnavailable traceback (it is built outside the refusals)",
-)
 def test_reindex_with_an_endpoint_that_does_not_answer_is_the_json_refusal(tmp_path: Path) -> None:
     db = tmp_path / "mnemos.db"
     assert mnemos("migrate", "--database-url", f"sqlite:///{db}").returncode == 0
@@ -371,12 +330,6 @@ def test_reindex_with_an_endpoint_that_does_not_answer_is_the_json_refusal(tmp_p
 # --- 3. `mnemos reindex` from a shell without the server's embedder settings ----------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 3: `mnemos reindex` under another MNEMOS_EMBEDDER (the shell's "
-    "default `local`) deletes every vector of the server's model first: the server's semantic "
-    "search then finds nothing, and nothing queues the memories for it again",
-)
 def test_a_reindex_under_another_model_leaves_the_servers_search_by_meaning(
     settings: Settings, store: Store, world: World, database_url: str
 ) -> None:
@@ -404,11 +357,21 @@ def test_a_reindex_under_another_model_leaves_the_servers_search_by_meaning(
     # The server stopped meanwhile, so that its worker does not race the command for the queue
     # (running, it would take some of the queued memories back under its model: a mix).
     done = mnemos("reindex", "--database-url", database_url, env={"MNEMOS_EMBEDDER": "local"})
-    assert done.returncode == 0, done.stderr[-600:]
+    error = refused_in_one_json_line(done)  # the fix: refused, naming the models and the setting
+    assert error["code"] == "other_model_indexed" and "MNEMOS_EMBEDDER" in str(error["message"])
+    assert error["details"] == {"model": local.model, "indexed": [served_model.model]}
     drain(store, served_model, 64, lambda _n: None)  # whatever the server's worker would do
     with TestClient(create_app(settings, store, served_model)) as client:
         found = search(client, bot, QUESTION, mode="semantic")["data"]
         assert [row["id"] for row in found] == [stored]
+    # Told to switch, it replaces the server's vectors with its model's (the documented switch).
+    switched = mnemos(
+        *("reindex", "--switch-model", "--database-url", database_url),
+        env={"MNEMOS_EMBEDDER": "local"},
+    )
+    assert switched.returncode == 0, switched.stderr[-600:]
+    assert json.loads(switched.stdout)["embedded"] == 1
+    assert store.vector_models() == [local.model]
 
 
 # --- 4. an older Mnemos against a schema a newer one migrated (the documented rolling upgrade) ----
@@ -426,13 +389,7 @@ def _migrated_by_a_newer_mnemos(db: Path) -> None:
         conn.execute("UPDATE alembic_version SET version_num = ?", (NEWER,))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review21 finding 4: an older Mnemos cannot start or run a command on a database a "
-    "newer one migrated (alembic's CommandError traceback), against docs/deploying.md's "
-    "rolling upgrade; doctor tells the operator to run `mnemos migrate`, which fails the same",
-)
-@pytest.mark.parametrize("case", ["serve", "admin", "doctor"])
+@pytest.mark.parametrize("case", ["serve", "admin", "migrate", "mcp", "doctor"])
 def test_an_older_mnemos_on_a_newer_schema(tmp_path: Path, case: str) -> None:
     """docs/deploying.md, "Upgrades": run `mnemos migrate` once with the new version, "then
     restart the processes one by one ... old processes keep working against the new schema
@@ -443,15 +400,31 @@ def test_an_older_mnemos_on_a_newer_schema(tmp_path: Path, case: str) -> None:
     migrate`", which fails the same way."""
     db = tmp_path / "mnemos.db"
     _migrated_by_a_newer_mnemos(db)
+    url = f"sqlite:///{db}"
+    newer = f"migrated by a newer Mnemos (revision {NEWER}): upgrade Mnemos"
+    # The fix (docs/deploying.md, "Upgrades"): refused in one line naming the revision, exit 1;
+    # serving a schema whose changes this Mnemos cannot know is not safe.
     if case == "serve":
-        port = free_port()
-        with served(db, port, log=tmp_path / "serve.log") as server:
-            answering(port, server)
+        done = mnemos("serve", "--port", str(free_port()), "--database-url", url, timeout=180)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-600:]
+        assert newer in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
         return
-    if case == "admin":
-        done = mnemos("admin", "create-org", "--name", "Acme", "--database-url", f"sqlite:///{db}")
-        assert "Traceback" not in done.stderr, done.stderr[-600:]
+    if case in ("admin", "migrate", "mcp"):
+        if case == "mcp":
+            from mnemos.mcp import sdk_installed
+
+            if not sdk_installed():
+                pytest.skip("the MCP SDK is not installed")
+        args = {
+            "admin": ("admin", "create-org", "--name", "Acme"),
+            "migrate": ("migrate",),
+            "mcp": ("mcp", "--api-key", "mn_agent_x"),
+        }[case]
+        error = refused_in_one_json_line(mnemos(*args, "--database-url", url))
+        assert error["code"] == "schema_newer" and newer in str(error["message"])
         return
-    done = mnemos("doctor", "--json", "--database-url", f"sqlite:///{db}")
+    done = mnemos("doctor", "--json", "--database-url", url)
+    assert done.returncode == 1
     found = {f["check"]: f for f in json.loads(done.stdout)["findings"]}
+    assert found["migrations"]["level"] == "problem" and newer in found["migrations"]["detail"]
     assert "mnemos migrate" not in found["migrations"]["detail"], found["migrations"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,14 +16,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from mnemos.cli_ops import refusals, register
-from mnemos.config import Settings, load_settings
+from mnemos.config import LOG_LEVELS, Settings, load_settings
 from mnemos.domain import accounts
 from mnemos.domain.ids import iso
 from mnemos.domain.tuya import ROLE_ID
 from mnemos.domain.tuya_auth import new_project_credentials
-from mnemos.errors import MCP_INSTALL, NotFound, invalid_field
-from mnemos.storage import check_settings, open_store, require_database
+from mnemos.errors import MCP_INSTALL, NotFound, OtherModelIndexed, SchemaNewer, invalid_field
 from mnemos.storage import migrate as run_migrations
+from mnemos.storage import open_store, require_database
 from mnemos.storage.base import Store
 
 if TYPE_CHECKING:
@@ -66,7 +67,19 @@ def _uuid(_ctx: click.Context, param: click.Parameter, value: str | None) -> uui
         raise click.BadParameter("must be a UUID", param=param) from None
 
 
-@click.group()
+class _Refusing(click.Group):
+    """Every command, run inside `refusals()`: what it refuses (a setting, a database that is
+    not there or does not answer, ...) is one JSON line on stderr and exit 1, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with refusals():
+            return super().invoke(ctx)
+
+
+log_level_choice = click.Choice(LOG_LEVELS, case_sensitive=False)
+
+
+@click.group(cls=_Refusing)
 @click.version_option(package_name="mnemos")
 def main() -> None:
     """Mnemos: a memory server for AI agents."""
@@ -76,7 +89,7 @@ def main() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
-@click.option("--log-level", default=None, help="debug, info, ... (default: MNEMOS_LOG_LEVEL)")
+@click.option("--log-level", type=log_level_choice, help="(default: MNEMOS_LOG_LEVEL)")
 @database_option
 def serve(
     host: str, port: int, workers: int, log_level: str | None, database_url: str | None
@@ -90,11 +103,12 @@ def serve(
         )
     settings = load_settings(database_url=database_url)
     log_level = log_level or settings.log_level
+    _address_free(host, port)
     try:
-        check_settings(settings)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    run_migrations(settings)
+        run_migrations(settings)
+    except SchemaNewer as exc:  # an old install restarted after a newer one migrated
+        click.echo(f"mnemos: {exc.message}", err=True)
+        sys.exit(1)
     # Worker processes build their own settings from the environment: hand them the URL.
     os.environ["MNEMOS_DATABASE_URL"] = settings.resolved_database_url()
     click.echo(f"mnemos: serving on http://{host}:{port} ({_redacted(settings)})", err=True)
@@ -115,7 +129,7 @@ def serve(
     help="The caller: an agent's API key (mn_agent_...), or a person's key or token "
     "(default: MNEMOS_API_KEY).",
 )
-@click.option("--log-level", default="warning", show_default=True)
+@click.option("--log-level", type=log_level_choice, default="warning", show_default=True)
 @database_option
 def mcp_stdio(api_key: str, log_level: str, database_url: str | None) -> None:
     """Serve the MCP memory tools over stdio (for Claude Desktop, Claude Code, ...): protocol
@@ -139,6 +153,25 @@ def mcp_stdio(api_key: str, log_level: str, database_url: str | None) -> None:
         serve_stdio(settings, api_key)
 
 
+def _address_free(host: str, port: int) -> None:
+    """Refuse, in one line, an address another server listens on, before anything starts.
+
+    Probed without `SO_REUSEPORT`: workers bind with it (`mnemos.serving`), so a second
+    `serve --workers N` would otherwise join a running group on the port, and the kernel would
+    split the clients between two servers (two databases, perhaps). `SO_REUSEADDR` lets a port
+    left in TIME_WAIT by a server that just stopped be taken again, as uvicorn does."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            click.echo(f"mnemos: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+            sys.exit(1)
+
+
 def _redacted(settings: Settings) -> str:
     from sqlalchemy.engine import make_url
 
@@ -150,17 +183,25 @@ def _redacted(settings: Settings) -> str:
 def migrate(database_url: str | None) -> None:
     """Apply every pending migration."""
     settings = load_settings(database_url=database_url)
-    run_migrations(settings)
+    with refusals():
+        run_migrations(settings)
     _emit({"ok": True, "database": _redacted(settings)})
 
 
 @main.command()
 @database_option
 @click.option("--batch", default=64, show_default=True, type=click.IntRange(1, 1024))
-def reindex(database_url: str | None, batch: int) -> None:
+@click.option(
+    "--switch-model",
+    is_flag=True,
+    help="The database holds vectors of another model: replace them with this one's "
+    "(the servers must then run with the same MNEMOS_EMBEDDER settings).",
+)
+def reindex(database_url: str | None, batch: int, switch_model: bool) -> None:
     """Embed every memory with no vector of the current model (MNEMOS_EMBEDDER): memories
-    stored before recall by meaning, or under another model. Resumable: the work is a queue in
-    the database, so running it again (or any server) carries on where it stopped."""
+    stored before recall by meaning, or under another model (with --switch-model). Resumable:
+    the work is a queue in the database, so running it again (or any server) carries on where
+    it stopped."""
     from mnemos.embedding import embedder_from_settings
     from mnemos.indexer import drain
 
@@ -169,11 +210,26 @@ def reindex(database_url: str | None, batch: int) -> None:
     if embedder is None:
         raise click.UsageError("MNEMOS_EMBEDDER is 'none': there is nothing to embed with")
     with _admin_store(database_url) as store:
+        _same_model_or_switch(store, embedder.model, switch_model)
         queued = store.queue_for_model(embedder.model, batch=10_000)
         total = store.vector_backlog()
         with click.progressbar(length=total, label="embedding", file=sys.stderr) as bar:
             embedded = drain(store, embedder, batch, bar.update)
     _emit({"ok": True, "model": embedder.model, "queued": queued, "embedded": embedded})
+
+
+def _same_model_or_switch(store: Store, model: str, switch_model: bool) -> None:
+    """Refuse to replace the vectors of another model (the server's, when this shell lacks its
+    MNEMOS_EMBEDDER settings) unless told to: the server would find nothing by meaning, and
+    nothing would queue the memories for its model again."""
+    others = [held for held in store.vector_models() if held != model]
+    if others and not switch_model:
+        raise OtherModelIndexed(
+            f"The database holds vectors of {', '.join(others)}, not of {model} "
+            "(MNEMOS_EMBEDDER here): run reindex with the server's MNEMOS_EMBEDDER settings, "
+            "or pass --switch-model to replace them with this model's",
+            {"model": model, "indexed": others},
+        )
 
 
 @main.group()
@@ -332,7 +388,8 @@ def export_subject(user_id: uuid.UUID, out: Path, database_url: str | None) -> N
         exported = 0
         bar = click.progressbar(length=total, label="exporting", file=sys.stderr)
         shown = bar if sys.stderr.isatty() else nullcontext(bar)
-        with shown, whole_file(out) as file:
+        url = load_settings(database_url=database_url).resolved_database_url()
+        with shown, whole_file(out, url) as file:
             for found, names in rights.export_encoded(ctx):
                 file.writelines(encoded_lines([(found, names)]))
                 exported += len(found.lines)

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import click
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
+import sqlalchemy as sa
 
 from mnemos.config import load_settings
-from mnemos.errors import CannotWrite, MnemosError
-from mnemos.storage import alembic_config, require_database
+from mnemos.errors import CannotWrite, MnemosError, StorageUnavailable, SystemRefused
+from mnemos.storage import known_revision, require_database
 from mnemos.storage import migrate as run_migrations
 
 progress_option = click.option(
@@ -38,20 +37,43 @@ def _emit(payload: dict[str, Any]) -> None:
 
 @contextmanager
 def refusals() -> Iterator[None]:
+    """A refusal as one `{"error": ...}` line on stderr, exit 1 (docs/operations.md). Wraps
+    every command (`cli.main`); besides Mnemos's own errors, what the host refuses: a database
+    that does not answer or refuses the role, a directory, file or address the system denies."""
     try:
         yield
     except MnemosError as exc:
-        error: dict[str, Any] = {"code": exc.code, "message": exc.message}
-        if exc.details is not None:
-            error["details"] = exc.details
-        click.echo(json.dumps({"error": error}), err=True)
-        sys.exit(1)
+        _refuse(exc)
+    except sa.exc.OperationalError as exc:
+        reason = " ".join(str(exc.orig or exc).split())[:300]
+        _refuse(StorageUnavailable(f"The database cannot be reached: {reason}", {"reason": reason}))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        where = {"path": str(exc.filename)} if exc.filename is not None else {}
+        _refuse(SystemRefused(f"{reason}: {exc.filename}" if where else reason, where or None))
+
+
+def _refuse(exc: MnemosError) -> None:
+    error: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.details is not None:
+        error["details"] = exc.details
+    click.echo(json.dumps({"error": error}), err=True)
+    sys.exit(1)
 
 
 @contextmanager
-def whole_file(out: Path) -> Iterator[BinaryIO]:
+def whole_file(out: Path, database_url: str) -> Iterator[BinaryIO]:
     """`out`, written as `out.partial` and renamed once the block ends without an error, so the
-    file appears whole or not at all; one that cannot be opened is `CannotWrite`."""
+    file appears whole or not at all; one that cannot be opened, or that is the database at
+    `database_url` or one of its files (the rename would replace it), is `CannotWrite`, before
+    anything is written."""
+    from mnemos.storage.backup import is_a_file_of
+
+    if is_a_file_of(out, database_url):
+        raise CannotWrite(
+            "The output would replace the database (or one of its own files): choose another --out",
+            {"out": str(out)},
+        )
     partial = out.with_name(out.name + ".partial")
     try:
         file = partial.open("wb")
@@ -96,12 +118,7 @@ def _check_revision(url: str, revision: str | None) -> None:
     """Refuse a file written by a Mnemos whose schema this one does not know."""
     from mnemos.storage.transfer import TransferError
 
-    scripts = ScriptDirectory.from_config(alembic_config(url))
-    try:
-        known = revision is not None and scripts.get_revision(revision) is not None
-    except CommandError:
-        known = False
-    if not known:
+    if revision is None or not known_revision(url, revision):
         raise TransferError(
             f"The file comes from schema revision {revision!r}, unknown to this Mnemos: "
             "upgrade Mnemos to import it",
@@ -128,7 +145,7 @@ def export(out: Path, progress: bool | None, database_url: str | None) -> None:
     totals: dict[str, int] = {}
     with refusals():
         require_database(settings)
-    with refusals(), whole_file(out) as file, _bar(progress, "rows", None) as bar:
+    with refusals(), whole_file(out, url) as file, _bar(progress, "rows", None) as bar:
 
         def step(rows: int) -> None:
             if bar.total is None:  # the tables were counted before the first rows came

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from mnemos.errors import ValidationFailed
+
+ENV_PREFIX = "MNEMOS_"
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 KIB = 1024
 MIB = 1024 * KIB
 MIN_SECRET_BYTES = 32
@@ -22,7 +28,7 @@ def default_data_dir() -> Path:
 class Settings(BaseSettings):
     """Everything the server needs to run; each field can be set as `MNEMOS_<NAME>`."""
 
-    model_config = SettingsConfigDict(env_prefix="MNEMOS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     database_url: str = ""
     # Read replicas of a PostgreSQL `database_url` (streaming standbys), comma-separated: lists,
@@ -83,7 +89,7 @@ class Settings(BaseSettings):
     # (Ollama, vLLM, TEI; `/v1/embeddings` is appended unless the path already names it).
     embedder: str = "local"
     # The model name sent to an embeddings endpoint (required with a URL; the local model is fixed).
-    embedder_model: str = ""
+    embedder_model: str = Field(default="", validate_default=True)
     # Bearer token for the embeddings endpoint, if it needs one.
     embedder_api_key: str = Field(default="", repr=False)
     # The endpoint's vector size; 0 = ask it once at startup.
@@ -120,7 +126,7 @@ class Settings(BaseSettings):
     metrics_token: str = Field(default="", repr=False)
     # One access line per request and every other log line: "json" (one object a line) or "text".
     log_format: Literal["json", "text"] = "text"
-    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    log_level: LogLevel = "info"
 
     @field_validator("jwt_secret")
     @classmethod
@@ -138,6 +144,33 @@ class Settings(BaseSettings):
         if value.lower().startswith(("http://", "https://")):
             return value
         raise ValueError("must be 'local', 'none' or the http(s) URL of an embeddings endpoint")
+
+    @field_validator("embedder_model")
+    @classmethod
+    def _model_for_an_endpoint(cls, value: str, info: ValidationInfo) -> str:
+        if not value and str(info.data.get("embedder", "")).startswith(("http://", "https://")):
+            raise ValueError("required when MNEMOS_EMBEDDER is the URL of an embeddings endpoint")
+        return value
+
+    @field_validator("jwks_file")
+    @classmethod
+    def _readable_jwks(cls, value: Path | None) -> Path | None:
+        """Read at the app's start (`TokenVerifier`): refused here, before anything runs."""
+        if value is not None:
+            try:
+                json.loads(value.read_text())
+            except OSError as exc:
+                raise ValueError(f"cannot read {value}: {exc.strerror or exc}") from None
+            except ValueError:
+                raise ValueError(f"{value} is not JSON (a JWKS document)") from None
+        return value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _a_directory(cls, value: Path) -> Path:
+        if value.exists() and not value.is_dir():
+            raise ValueError(f"{value} is not a directory")
+        return value
 
     @field_validator("log_format", "log_level", mode="before")
     @classmethod
@@ -180,6 +213,39 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Build settings from the environment, with explicit overrides winning."""
+    """Build settings from the environment, with explicit overrides winning, and check them as
+    a server's start would (`storage.check_settings`: the URL's scheme, read replicas), so that
+    every command refuses what `serve` could not run with before it touches anything.
+
+    Raises `ValidationFailed` naming each `MNEMOS_*` variable at fault (a command's option
+    overriding one, such as `--database-url`, is named with it)."""
+    from mnemos.storage import check_settings  # storage reads Settings: import when asked
+
     given = {key: value for key, value in overrides.items() if value is not None}
-    return Settings(**given)  # type: ignore[arg-type]
+    try:
+        settings = Settings(**given)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = {_variable(error["loc"]): _problem(error["msg"]) for error in exc.errors()}
+        raise _invalid(problems) from None
+    try:
+        check_settings(settings)
+    except ValueError as exc:
+        said = str(exc)
+        if ENV_PREFIX not in said:
+            said += ": check --database-url or MNEMOS_DATABASE_URL"
+        raise ValidationFailed(f"Invalid settings: {said}") from None
+    return settings
+
+
+def _variable(loc: tuple[int | str, ...]) -> str:
+    return ENV_PREFIX + str(loc[0]).upper() if loc else "settings"
+
+
+def _problem(message: str) -> str:
+    return message.removeprefix("Value error, ")
+
+
+def _invalid(problems: dict[str, str]) -> ValidationFailed:
+    """One line naming every variable at fault (never its value: it may be a secret)."""
+    listed = "; ".join(f"{variable}: {problem}" for variable, problem in problems.items())
+    return ValidationFailed(f"Invalid settings: {listed}", details=problems)

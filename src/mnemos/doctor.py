@@ -25,12 +25,12 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from pydantic import ValidationError
 from sqlalchemy.engine import Connection, make_url
 
 from mnemos.config import Settings, load_settings
 from mnemos.domain.tuya_auth import MAX_SKEW_MS
-from mnemos.storage import alembic_config, backend, check_settings
+from mnemos.errors import ValidationFailed
+from mnemos.storage import alembic_config, backend, known_revision, schema_newer
 from mnemos.storage.sql_base import EVERY_TENANT
 
 Level = Literal["ok", "warn", "problem"]
@@ -50,11 +50,10 @@ class Finding:
 def examine(**overrides: Any) -> list[Finding]:
     """Every check, in order; later checks are skipped when the database cannot be reached."""
     try:
-        settings = load_settings(**overrides)
-        url = settings.resolved_database_url()
-        check_settings(settings)  # what `serve` refuses (read replicas on SQLite, ...)
-    except (ValidationError, ValueError) as exc:
-        return [Finding("configuration", "problem", str(exc).replace("\n", " "))]
+        settings = load_settings(**overrides)  # what `serve` refuses, checked as it checks
+    except ValidationFailed as exc:
+        return [Finding("configuration", "problem", exc.message)]
+    url = settings.resolved_database_url()
     findings = [_configuration(settings)]
     if not backend(url).exists(url):  # connecting would create it
         findings.append(Finding("database", "problem", f"no database at {_redacted(url)}"))
@@ -105,6 +104,8 @@ def _migrations(conn: Connection) -> Finding:
     head = ScriptDirectory.from_config(alembic_config(str(conn.engine.url))).get_current_head()
     if current == head:
         return Finding("migrations", "ok", f"at head ({head})")
+    if not known_revision(str(conn.engine.url), current):  # `mnemos migrate` would refuse it
+        return Finding("migrations", "problem", f"{schema_newer(current).message} (head {head})")
     return Finding("migrations", "problem", f"at {current}, head is {head}: run `mnemos migrate`")
 
 

@@ -178,6 +178,14 @@ class DatabaseMissing(MnemosError):
     status, code, default_message = 404, "database_missing", "No database at that address"
 
 
+class SystemRefused(MnemosError):
+    """The operating system refused what an operator's command needed: a directory that cannot
+    be made, a file that cannot be read, an address already in use."""
+
+    status, code = 500, "system_refused"
+    default_message = "The operating system refused what the command needed"
+
+
 class StorageUnavailable(MnemosError):
     status, code, default_message = 503, "storage_unavailable", "The database is unavailable"
 
@@ -193,6 +201,20 @@ class EmbedderRefused(EmbedderUnavailable):
     """The embedder refused the texts themselves (an endpoint's HTTP 400, 413 or 422: a text
     past the model's context), not for want of a service: another text may well pass. The
     embedding worker sets such a memory aside rather than fail its whole batch (review22)."""
+
+
+class SchemaNewer(MnemosError):
+    """The database was migrated by a newer Mnemos: its schema revision is unknown to this one,
+    which neither migrates nor serves it (docs/deploying.md, "Upgrades")."""
+
+    status, code = 409, "schema_newer"
+
+
+class OtherModelIndexed(MnemosError):
+    """`mnemos reindex` under an embedder other than the one whose vectors the database holds
+    (the server's): it would replace them with vectors the server never reads."""
+
+    status, code = 409, "other_model_indexed"
 
 
 def invalid_field(field: str, problem: str) -> ValidationFailed:

@@ -571,6 +571,10 @@ class VectorStore(Protocol):
         """How many queued memories are set aside, their texts refused by the embedder."""
 
     @abc.abstractmethod
+    def vector_models(self) -> list[str]:
+        """The models whose vectors the database holds (in name order; empty: none yet)."""
+
+    @abc.abstractmethod
     def queue_for_model(self, model: str, batch: int) -> int:
         """Queue every memory with no vector of `model` (none yet, or another model's), `batch`
         memories per transaction, and drop the search layout of other models; how many

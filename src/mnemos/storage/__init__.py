@@ -7,12 +7,16 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy.engine import make_url
 
 from mnemos.config import Settings
-from mnemos.errors import DatabaseMissing
+from mnemos.errors import DatabaseMissing, SchemaNewer
 from mnemos.storage.base import Store
 
 __all__ = [
@@ -22,9 +26,12 @@ __all__ = [
     "alembic_config",
     "backend",
     "check_settings",
+    "database_revision",
+    "known_revision",
     "migrate",
     "open_store",
     "require_database",
+    "schema_newer",
 ]
 
 
@@ -197,8 +204,42 @@ def alembic_config(url: str) -> Config:
     return config
 
 
+def known_revision(url: str, revision: str | None) -> bool:
+    """Whether this Mnemos's migrations know schema `revision` (None: no schema yet)."""
+    if revision is None:
+        return True
+    try:
+        return ScriptDirectory.from_config(alembic_config(url)).get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+def schema_newer(revision: str | None) -> SchemaNewer:
+    """The refusal of a database at a revision this Mnemos does not know: a newer one's."""
+    return SchemaNewer(
+        f"The database was migrated by a newer Mnemos (revision {revision}): upgrade Mnemos "
+        "on this host",
+        {"revision": revision},
+    )
+
+
+def database_revision(url: str) -> str | None:
+    """The database's schema revision (None: not created or migrated yet)."""
+    engine = sa.create_engine(backend(url).migration_url(url))
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
 def migrate(settings: Settings, revision: str = "head") -> None:
-    """Create or upgrade the database schema with Alembic."""
+    """Create or upgrade the database schema with Alembic; a schema a newer Mnemos migrated is
+    `SchemaNewer` (this one neither downgrades nor serves it: its migrations cannot say what
+    the newer ones changed)."""
     url = settings.resolved_database_url()
     backend(url).prepare(url)
+    current = database_revision(url)
+    if not known_revision(url, current):
+        raise schema_newer(current)
     command.upgrade(alembic_config(url), revision)

@@ -47,19 +47,27 @@ DATABASE_FILES = ("", "-wal", "-shm", "-journal", ".searches", ".searches-wal", 
 """A SQLite database's own files: itself, its journals, its kept search answers and theirs."""
 
 
-def _is_the_database(out: Path, source: Path) -> bool:
-    """Whether `out` names `source` or one of its files (by path, or by inode: a link)."""
+def is_the_database(out: Path, source: Path) -> bool:
+    """Whether `out` names `source` or one of its files (by path, or by inode: a link): what no
+    command may write its output over (`backup`, `export`, `admin export-subject`)."""
     mine = [source.with_name(source.name + suffix) for suffix in DATABASE_FILES]
     if out.resolve() in {path.resolve() for path in mine}:
         return True
     return out.exists() and any(path.exists() and os.path.samefile(out, path) for path in mine)
 
 
+def is_a_file_of(out: Path, url: str) -> bool:
+    """Whether `out` is the SQLite database of `url` or one of its files (never, on PostgreSQL:
+    its files are not the command's to name)."""
+    source = sqlite_path(url)
+    return source is not None and is_the_database(out, source)
+
+
 def backup_sqlite(source: Path, out: Path) -> dict[str, object]:
     """Copy `source` into `out` (written beside it, then renamed once verified)."""
     if not source.exists():
         raise BackupFailed(f"No database file at {source}")
-    if _is_the_database(out, source):
+    if is_the_database(out, source):
         raise BackupFailed(
             "The backup would replace the database it copies (or one of its own files): "
             "choose another --out",

@@ -225,6 +225,13 @@ class VectorsSql(SqlBase):
                 ).scalar_one()
             )
 
+    def vector_models(self) -> list[str]:
+        with self._read() as conn:
+            found = conn.execute(
+                sa.select(V.model).prefix_with(EVERY_TENANT).distinct().order_by(V.model)
+            )
+            return list(found.scalars())
+
     def queue_for_model(self, model: str, batch: int) -> int:
         embedded = sa.select(V.memory_pk).where(
             V.tenant_id == M.tenant_id, V.memory_pk == M.pk, V.model == model
