@@ -294,7 +294,7 @@ def test_endpoint_embeds_in_order_normalised_with_model_and_key(server: Embeddin
     embedder = embedder_from_settings(settings)
     assert isinstance(embedder, EndpointEmbedder)
     assert embedder.dimensions == 8  # asked once at startup
-    assert embedder.model == "nomic-embed-text"
+    assert embedder.model == "nomic-embed-text@8"  # what its vectors record: name and size
     texts = [f"text number {i}" for i in range(150)]
     vectors = embedder.embed(texts)
     assert vectors.shape == (150, 8) and vectors.dtype == np.float32

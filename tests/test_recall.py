@@ -513,6 +513,7 @@ def test_mnemos_reindex_embeds_what_waits_and_is_resumable(tmp_path: Any) -> Non
 
     first = reindex()
     assert first["embedded"] == 2 and first["model"] == "all-MiniLM-L6-v2-int8"
+    assert first["set_aside"] == 0
     assert opened.vector_backlog() == 0
     assert reindex() == {**first, "queued": 0, "embedded": 0}  # nothing left to do
     opened.close()

@@ -15,9 +15,12 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from mnemos import indexer
@@ -25,12 +28,19 @@ from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain import recall
 from mnemos.embedding import load_embedder
+from mnemos.embedding.local import MODEL as LOCAL
 from mnemos.embedding.remote import EndpointEmbedder
 from mnemos.errors import EmbedderUnavailable
 from mnemos.indexer import drain
+from mnemos.storage import migrate, open_store, queue_claims
 from mnemos.storage.base import Store
+from mnemos.storage.postgres import driver_url
+from mnemos.storage.schema import memory_vectors, vector_chunks
+from mnemos.storage.sql_vectors import CHUNK_ROWS
+from tests.conftest import BACKENDS
 from tests.test_claim_fair import _has_vector
 from tests.test_embedding import EmbeddingsServer, good_answer
+from tests.test_migration_tuya import fresh_database
 from tests.test_recall import AISLE, acme, put  # noqa: F401
 from tests.world import Actor, World, agent_memory
 
@@ -71,11 +81,6 @@ def _refusing_long_inputs(body: dict[str, Any]) -> tuple[int, bytes]:
     return good_answer(body)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 1: a memory the endpoint refuses fails every batch it is in, "
-    "forever: another tenant's memories are never embedded",
-)
 def test_a_memory_the_endpoint_refuses_does_not_stop_other_tenants_embeddings(
     store: Store, world: World, server: EmbeddingsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -117,6 +122,29 @@ def test_a_memory_the_endpoint_refuses_does_not_stop_other_tenants_embeddings(
     assert embedded, f"Acme's memory was never embedded in {len(asked)} requests"
 
 
+def test_a_refused_memory_is_set_aside_and_reindex_tries_it_again(
+    store: Store, world: World, server: EmbeddingsServer
+) -> None:
+    """Refused `MAX_REFUSALS` times, a memory is set aside: `drain` (`mnemos reindex`) ends,
+    the backlog no longer counts it, `vectors_set_aside` does (keyword search never waits on
+    the queue); `queue_for_model` (a reindex) gives it its tries again."""
+    server.answer = _refusing_long_inputs
+    ann = world.agent(world.user("Ann", "Acme"))
+    refused = agent_memory(ann, "aisle " * 2000)
+    store.insert_memory(refused)
+    embedder = _endpoint(server)
+    drain(store, embedder)
+    assert (store.vector_backlog(), store.vectors_set_aside()) == (0, 1)
+    assert not _has_vector(store, refused.id)
+    tried = len(server.requests)
+    assert tried == queue_claims.MAX_REFUSALS
+    store.queue_for_model(embedder.model, batch=100)
+    assert (store.vector_backlog(), store.vectors_set_aside()) == (1, 0)
+    drain(store, embedder)
+    assert len(server.requests) == tried + queue_claims.MAX_REFUSALS
+    assert store.vectors_set_aside() == 1
+
+
 # --- 2. an endpoint's malformed answer escapes as a 500 -------------------------------------------
 
 MALFORMED = {
@@ -126,11 +154,6 @@ MALFORMED = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 2: RecursionError/OverflowError from an endpoint's answer are "
-    "not embedder_unavailable",
-)
 @pytest.mark.parametrize("answer", sorted(MALFORMED))
 def test_an_endpoints_malformed_answer_is_embedder_unavailable(
     server: EmbeddingsServer, answer: str
@@ -147,11 +170,6 @@ def test_an_endpoints_malformed_answer_is_embedder_unavailable(
         embedder.embed(["one"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 2: a malformed endpoint answer makes a hybrid search a 500, not "
-    "a keyword fallback",
-)
 @pytest.mark.parametrize("answer", sorted(MALFORMED))
 def test_a_hybrid_search_falls_back_to_keyword_on_a_malformed_answer(
     settings: Settings,
@@ -182,11 +200,6 @@ def test_a_hybrid_search_falls_back_to_keyword_on_a_malformed_answer(
 # --- 3. vectors of another size under the same model name -----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 3: vectors of another size under one model name make every "
-    "search by meaning a 500",
-)
 @pytest.mark.parametrize("mode", ["hybrid", "semantic"])
 def test_a_model_answering_another_size_under_its_name_does_not_break_search(
     settings: Settings,
@@ -227,11 +240,6 @@ def test_a_model_answering_another_size_under_its_name_does_not_break_search(
 # --- 4. a model whose vectors are not a multiple of 8 long ----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 4: vectors whose size is not a multiple of 8 make every search by "
-    "meaning a 500",
-)
 @pytest.mark.parametrize("mode", ["hybrid", "semantic"])
 def test_a_model_of_any_vector_size_searches_by_meaning(
     settings: Settings,
@@ -300,11 +308,6 @@ class Dripping:
         self.listener.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 5: MNEMOS_EMBEDDER_TIMEOUT_SECONDS bounds each socket read, not "
-    "the call: a dripping endpoint is waited for without bound",
-)
 def test_the_endpoint_timeout_bounds_the_whole_call() -> None:
     """docs/search.md: `MNEMOS_EMBEDDER_TIMEOUT_SECONDS` is "how long one call to the endpoint
     may take"; `urlopen(timeout=...)` bounds each blocking socket operation, so an endpoint
@@ -327,11 +330,6 @@ def test_the_endpoint_timeout_bounds_the_whole_call() -> None:
 # --- 6. the answer's indexes are not checked ------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 6: an answer whose indexes repeat or skip is taken, vectors given "
-    "to the wrong texts",
-)
 @pytest.mark.parametrize("indexes", [(1, 1), (0, 2), (0, 0)])
 def test_an_answer_whose_indexes_are_not_each_text_once_is_refused(
     server: EmbeddingsServer, indexes: tuple[int, int]
@@ -358,11 +356,6 @@ def test_an_answer_whose_indexes_are_not_each_text_once_is_refused(
 # --- 7. an answer is parsed whole, up to 64 MB ----------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review22 finding 7: an endpoint's oversized answer is parsed whole (18x its size "
-    "in memory) before its size is checked",
-)
 def test_an_oversized_answer_is_refused_before_it_is_parsed(server: EmbeddingsServer) -> None:
     """`_request` reads up to `MAX_ANSWER_BYTES` (64 MB) whatever was asked, and `_vectors`
     parses it into Python lists (measured: 18 times the answer's size, ~1.2 GB for 64 MB)
@@ -383,3 +376,38 @@ def test_an_oversized_answer_is_refused_before_it_is_parsed(server: EmbeddingsSe
     finally:
         tracemalloc.stop()
     assert peak < 2 * len(huge), f"held {peak / 1e6:.0f} MB for a {len(huge) / 1e6:.0f} MB answer"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migration_adds_the_size_to_an_endpoints_stored_vectors(
+    backend: str, tmp_path: Path
+) -> None:
+    """0026: the vectors an endpoint stored under its model's name alone (`m`) get their size
+    (`m@8`, in `memory_vectors` and the sealed chunks), so they stay the current model's
+    (`EndpointEmbedder.model`) and nothing is embedded again; the local model's are kept."""
+    with fresh_database(backend, tmp_path) as url:
+        settings = Settings(database_url=url)
+        migrate(settings, "0024_vector_chunk_bits_first")
+        opened = open_store(settings)
+        world = World(opened)
+        agent = world.agent(world.user("Ann", "acme"))
+        made = [agent_memory(agent, f"note {i}") for i in range(CHUNK_ROWS + 3)]
+        opened.replace_memories(agent.tenant, made, [], made[0].inserted_at)
+        rng = np.random.default_rng(25)
+        vectors = rng.standard_normal((len(made), 8)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        opened.save_vectors("m", [memory.id for memory in made[:-1]], vectors[:-1])
+        opened.save_vectors(LOCAL, [made[-1].id], vectors[-1:])
+        opened.close()
+        migrate(settings)
+        engine = sa.create_engine(driver_url(url))
+        with engine.connect() as conn:
+            stored = conn.execute(sa.select(memory_vectors.c.model)).scalars().all()
+            sealed = conn.execute(sa.select(vector_chunks.c.model)).scalars().all()
+        engine.dispose()
+        assert sorted(set(stored)) == sorted({"m@8", LOCAL}) and sealed == ["m@8"]
+        reopened = open_store(settings)
+        try:
+            assert reopened.queue_for_model("m@8", batch=100) == 1  # the local model's one
+        finally:
+            reopened.close()

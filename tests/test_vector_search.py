@@ -30,7 +30,7 @@ from tests.conftest import BACKENDS
 from tests.test_migration_tuya import fresh_database
 from tests.world import Actor, World, agent_memory
 
-MODEL = "constructed"
+MODEL = "constructed@384"  # a model's key carries its size (migration 0026 adds it otherwise)
 DIMS = 384
 
 

@@ -215,7 +215,9 @@ def reindex(database_url: str | None, batch: int, switch_model: bool) -> None:
         total = store.vector_backlog()
         with click.progressbar(length=total, label="embedding", file=sys.stderr) as bar:
             embedded = drain(store, embedder, batch, bar.update)
-    _emit({"ok": True, "model": embedder.model, "queued": queued, "embedded": embedded})
+        set_aside = store.vectors_set_aside()  # refused by the endpoint: keyword search only
+    done = {"ok": True, "model": embedder.model, "queued": queued, "embedded": embedded}
+    _emit({**done, "set_aside": set_aside})
 
 
 def _same_model_or_switch(store: Store, model: str, switch_model: bool) -> None:

@@ -197,6 +197,12 @@ class EmbedderUnavailable(MnemosError):
     status, code, default_message = 503, "embedder_unavailable", "The embedder is unavailable"
 
 
+class EmbedderRefused(EmbedderUnavailable):
+    """The embedder refused the texts themselves (an endpoint's HTTP 400, 413 or 422: a text
+    past the model's context), not for want of a service: another text may well pass. The
+    embedding worker sets such a memory aside rather than fail its whole batch (review22)."""
+
+
 class SchemaNewer(MnemosError):
     """The database was migrated by a newer Mnemos: its schema revision is unknown to this one,
     which neither migrates nor serves it (docs/deploying.md, "Upgrades")."""

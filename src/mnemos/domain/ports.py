@@ -569,6 +569,17 @@ class VectorStore(Protocol):
         """Stop calling `listener` (given to `on_queued`; nothing if it is not there)."""
 
     @abc.abstractmethod
+    def refuse_vectors(self, ids: Sequence[uuid.UUID]) -> int:
+        """The embedder refused these claimed memories' texts: count it against each and free
+        its claim; a memory refused `MAX_REFUSALS` times (`mnemos.storage.queue_claims`) is set
+        aside, neither claimed nor in the backlog, until `queue_for_model`. How many this call
+        set aside."""
+
+    @abc.abstractmethod
+    def vectors_set_aside(self) -> int:
+        """How many queued memories are set aside, their texts refused by the embedder."""
+
+    @abc.abstractmethod
     def vector_models(self) -> list[str]:
         """The models whose vectors the database holds (in name order; empty: none yet)."""
 
@@ -576,7 +587,7 @@ class VectorStore(Protocol):
     def queue_for_model(self, model: str, batch: int) -> int:
         """Queue every memory with no vector of `model` (none yet, or another model's), `batch`
         memories per transaction, and drop the search layout of other models; how many
-        were queued."""
+        were queued. Memories set aside (`refuse_vectors`) are given their tries again."""
 
     @abc.abstractmethod
     def compact_vectors(
@@ -589,7 +600,7 @@ class VectorStore(Protocol):
 
     @abc.abstractmethod
     def vector_backlog(self) -> int:
-        """How many memories wait to be embedded."""
+        """How many memories wait to be embedded (those set aside not counted)."""
 
 
 class Embedder(Protocol):

@@ -50,7 +50,13 @@ from mnemos.domain.ports import Embedder, MemoryStore, SearchPages, VectorStore
 from mnemos.domain.probes import Probe, Probes
 from mnemos.domain.queries import MemoryQuery, Order
 from mnemos.domain.search import Ranked, Scored, SearchQuery, parse_search
-from mnemos.errors import InvalidPagination, MnemosError, SemanticSearchDisabled, invalid_field
+from mnemos.errors import (
+    EmbedderRefused,
+    InvalidPagination,
+    MnemosError,
+    SemanticSearchDisabled,
+    invalid_field,
+)
 
 log = logging.getLogger("mnemos")
 
@@ -316,21 +322,58 @@ def embed_pending(
     With `give_way`, the work is cut into steps (the claim, each text's embedding, the save)
     and `give_way` is called before each: a server's embedding worker waits there while its
     process handles requests (`mnemos.indexer.InFlight`). Without it (`mnemos reindex`), the
-    batch's texts go to the embedder in one call."""
+    batch's texts go to the embedder in one call, or one at a time when it refuses that call.
+
+    A text the embedder refuses (`EmbedderRefused`: an endpoint's 400/413, a text past its
+    model's context) costs its own memory only: the others are saved, and the refusal counted
+    against it (`VectorStore.refuse_vectors`: set aside after a few). Any other failure (the
+    embedder is down) raises, and the batch's claim expires to be retried."""
     if give_way is not None:
         give_way()
     claimed = store.claim_unembedded(batch, EMBED_LEASE)
     if not claimed:
         return 0
+    ids = [memory_id for memory_id, _ in claimed]
     texts = [content for _, content in claimed]
+    refused: list[int] = []
     if give_way is None:
-        vectors = embedder.embed(texts)
+        try:
+            vectors = embedder.embed(texts)
+        except EmbedderRefused:
+            if len(texts) == 1:
+                refused = [0]
+                vectors = np.empty((0, embedder.dimensions), dtype=np.float32)
+            else:
+                refused, vectors = _each_alone(embedder, texts, None)
     else:
-        rows = []
-        for text in texts:
-            give_way()
-            rows.append(embedder.embed([text]))
-        vectors = np.concatenate(rows)
+        refused, vectors = _each_alone(embedder, texts, give_way)
         give_way()
-    store.save_vectors(embedder.model, [memory_id for memory_id, _ in claimed], vectors)
+    if refused:
+        set_aside = store.refuse_vectors([ids[index] for index in refused])
+        log.warning(
+            "the embedder refused %d of %d memories (%d now set aside until `mnemos reindex`): %s",
+            len(refused),
+            len(ids),
+            set_aside,
+            ", ".join(str(ids[index]) for index in refused),
+        )
+    kept = [memory_id for index, memory_id in enumerate(ids) if index not in refused]
+    store.save_vectors(embedder.model, kept, vectors)
     return len(claimed)
+
+
+def _each_alone(
+    embedder: Embedder, texts: Sequence[str], give_way: Callable[[], object] | None
+) -> tuple[list[int], Any]:
+    """Each text embedded alone (`give_way` called before each): the indexes of those the
+    embedder refused, and the others' vectors, in order."""
+    refused: list[int] = []
+    rows = [np.empty((0, embedder.dimensions), dtype=np.float32)]
+    for index, text in enumerate(texts):
+        if give_way is not None:
+            give_way()
+        try:
+            rows.append(embedder.embed([text]))
+        except EmbedderRefused:
+            refused.append(index)
+    return refused, np.concatenate(rows)

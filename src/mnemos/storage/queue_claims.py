@@ -48,8 +48,18 @@ def fair_batch(
     return list(dict.fromkeys([newest[0], *rounds, *newest]))[:limit]
 
 
-FREE = sa.or_(Q.claimed_until.is_(None), Q.claimed_until < sa.bindparam("now"))
-"""A queued memory nobody holds: never claimed, or its claim expired before `now`."""
+MAX_REFUSALS = 3
+"""How many times the embedder may refuse a memory's text (an endpoint's HTTP 400/413: a text
+past its model's context) before the memory is set aside: never claimed again, nor counted in
+the backlog, until `mnemos reindex` (`queue_for_model`) gives it its tries again. Its other
+texts' memories are embedded meanwhile (review22, finding 1); it stays found by its words."""
+
+WAITING = Q.refusals < MAX_REFUSALS
+"""A queued memory not set aside."""
+
+FREE = sa.and_(WAITING, sa.or_(Q.claimed_until.is_(None), Q.claimed_until < sa.bindparam("now")))
+"""A queued memory nobody holds and not set aside: never claimed, or its claim expired before
+`now`."""
 
 
 def _tenant_walk() -> sa.Select[Any]:

@@ -344,6 +344,9 @@ vector_queue = sa.Table(
     sa.Column("memory_pk", PK, primary_key=True),
     # A process embedding this memory holds it until then; past it, anyone may take it over.
     sa.Column("claimed_until", UTCDateTime(), nullable=True),
+    # How often the embedder refused this memory's text (migration 0026): at `MAX_REFUSALS` it
+    # is set aside, never claimed, until `mnemos reindex` tries it again.
+    sa.Column("refusals", sa.SmallInteger(), nullable=False, server_default="0"),
     # PostgreSQL also indexes `memory_pk` alone (`ix_vector_queue_order`, migration 0022): the
     # claim's newest first; SQLite's `memory_pk` is the rowid. The claim's round over tenants
     # walks `(tenant_id, memory_pk)`: the key on PostgreSQL, `uq_vector_queue_tenant_key` on

@@ -35,9 +35,11 @@ from mnemos.domain.queries import Audience, MemoryQuery
 from mnemos.domain.search import Scored
 from mnemos.storage.queue_claims import (
     FREE,
+    MAX_REFUSALS,
     NEWEST,
     ROUND_TENANTS,
     TENANT_WALK,
+    WAITING,
     Queued,
     fair_batch,
     newest_of,
@@ -187,11 +189,39 @@ class VectorsSql(SqlBase):
             self._round_after = turn[-1]
         return turn
 
+    def refuse_vectors(self, ids: Sequence[uuid.UUID]) -> int:
+        if not ids:
+            return 0
+        keys = sa.select(M.tenant_id, M.pk).prefix_with(EVERY_TENANT).where(M.id.in_(list(ids)))
+        with self._lazy_write() as conn:
+            found = conn.execute(keys).all()
+            if not found:
+                return 0
+            refusals = conn.execute(
+                vector_queue.update()
+                .where(
+                    Q.tenant_id.in_(sorted({row[0] for row in found})),
+                    Q.memory_pk.in_([row[1] for row in found]),
+                )
+                .values(refusals=Q.refusals + 1, claimed_until=None)
+                .returning(Q.refusals)
+            ).scalars()
+            return sum(count >= MAX_REFUSALS for count in refusals)
+
+    def vectors_set_aside(self) -> int:
+        return self._queued(~WAITING)
+
     def vector_backlog(self) -> int:
+        return self._queued(WAITING)
+
+    def _queued(self, where: sa.ColumnElement[bool]) -> int:
         with self._read() as conn:
             return int(
                 conn.execute(
-                    sa.select(sa.func.count()).prefix_with(EVERY_TENANT).select_from(vector_queue)
+                    sa.select(sa.func.count())
+                    .prefix_with(EVERY_TENANT)
+                    .select_from(vector_queue)
+                    .where(where)
                 ).scalar_one()
             )
 
@@ -236,6 +266,13 @@ class VectorsSql(SqlBase):
             after = keys[-1]
         with self._write() as conn:
             conn.execute(vector_chunks.delete().prefix_with(EVERY_TENANT).where(C.model != model))
+            # The memories set aside get their tries again (the endpoint or its model changed).
+            conn.execute(
+                vector_queue.update()
+                .prefix_with(EVERY_TENANT)
+                .where(~WAITING)
+                .values(refusals=0, claimed_until=None)
+            )
         return total
 
     # --- writing vectors -------------------------------------------------------------------

@@ -5,7 +5,7 @@ used again, so the keys of requests never retried were kept for good. The retent
 (`RetentionService.sweep`) now deletes them in batches, oldest first, through this index.
 
 Revision ID: 0027_idempotency_key_sweep
-Revises: 0025_cut_long_words
+Revises: 0026_vector_queue_refusals
 Create Date: 2026-12-05
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0027_idempotency_key_sweep"
-down_revision = "0025_cut_long_words"
+down_revision = "0026_vector_queue_refusals"
 branch_labels = None
 depends_on = None
 
