@@ -334,6 +334,12 @@ class VectorsSql(SqlBase):
     def _seal(self, conn: Connection, model: str, owners: Iterable[Layout]) -> None:
         """Turn every full tail among `owners` (tenant, owner key) into a chunk."""
         wanted = set(owners)
+        # Every owner's layout is held before its tail is counted, in one order (no deadlock
+        # between two savers): a concurrent save into the same tail commits first and its rows
+        # are counted here. Counted without it, two saves that together fill a tail each saw
+        # only their own rows, and neither sealed it.
+        for tenant, owner in sorted(wanted):
+            self._lock_owner(conn, tenant, owner)
         full = conn.execute(
             sa.select(T.tenant_id, T.owner)
             .where(
@@ -346,7 +352,6 @@ class VectorsSql(SqlBase):
         for tenant, owner in sorted((row[0], row[1]) for row in full):
             if (tenant, owner) not in wanted:
                 continue  # another tenant's tail of an owner key this batch also wrote
-            self._lock_owner(conn, tenant, owner)  # read below, after any concurrent seal
             # Memories another transaction is deleting (an erasure not committed yet) are
             # passed over, not waited for (it may wait for this owner's lock): their vectors
             # go with their deletion, never into a chunk (review19; PostgreSQL: SQLite has one
