@@ -1,9 +1,9 @@
 """A hostile review of cost and fairness across tenants (review24).
 
-Each test states the behaviour the finding asks for and is a strict xfail: it fails today for the
-finding's reason (docs/decisions.md, "A hostile review of cost and fairness across tenants
-(2026-12-05, helper "review24")"). The tests show mechanisms (memory held, work done per
-request), never a time.
+Each test states the behaviour the finding asks for; each was a strict xfail, failing on the
+code before its fix for the finding's reason (docs/decisions.md, "A hostile review of cost and
+fairness across tenants (2026-12-05, helper "review24")"). The tests show mechanisms (memory
+held, work done per request), never a time.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import gc
 import time
 import tracemalloc
 
-import pytest
-
 from mnemos.embedding.local import MAX_TOKENS
 from mnemos.embedding.wordpiece import MAX_WORD_CHARS, WordPiece
 from mnemos.ratelimit import WINDOW_SECONDS, FailureLimiter, LocalCounter
@@ -23,10 +21,6 @@ MEMORIES = 200
 CONTENT_CHARS = 10_000  # MNEMOS_MAX_CONTENT_CHARS' default: one memory's whole content
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review24 finding 1: the local embedder's word cache keeps every long word whole",
-)
 def test_the_local_embedders_word_cache_does_not_keep_long_words() -> None:
     """Every text the local embedder encodes (each memory the worker embeds, each query) goes
     through `WordPiece._word`, an `lru_cache` of 65,536 words shared by every tenant of the
@@ -63,10 +57,6 @@ def _full_window(counter: LocalCounter, window: int) -> None:
     asyncio.run(fill())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review24 finding 2: past 100,000 keys in a window every request rebuilds the counts",
-)
 def test_the_local_rate_counter_does_not_rebuild_its_table_on_every_request() -> None:
     """`LocalCounter.hit` (the rate limiter without Redis, the default) prunes when it holds
     more than 100,000 keys by copying every key of the current window into a new dict, under a
@@ -90,25 +80,40 @@ def test_the_local_rate_counter_does_not_rebuild_its_table_on_every_request() ->
     assert rebuilt <= 1, f"the table was copied on {rebuilt} of 20 requests"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review24 finding 2: past max_addresses blocked, every failure rebuilds the table",
-)
 def test_the_failure_limiter_does_not_rebuild_its_blocked_table_on_every_failure() -> None:
-    """`FailureLimiter.failed` has the same shape: once `max_addresses` (100,000) addresses are
-    blocked until the window's end, every further blocking copies the whole table and keeps it
-    all."""
-    limiter = FailureLimiter(1, LocalCounter(), max_addresses=1_000)
-    until = (int(time.time() // WINDOW_SECONDS) + 1) * WINDOW_SECONDS
-    limiter._blocked_until = {f"2001:db8::{i:x}": float(until) for i in range(1_000)}
-    rebuilt = 0
+    """`FailureLimiter.failed` had the same shape: once `max_addresses` (100,000) addresses were
+    blocked until the window's end, every further blocking copied the whole table and kept it
+    all. Now the blocked addresses are the current window's, dropped whole when it ends."""
+    limiter = FailureLimiter(1, LocalCounter())
 
-    async def failures() -> None:
-        nonlocal rebuilt
-        for i in range(20):
-            table = limiter._blocked_until
-            await limiter.failed([(f"198.51.100.{i}", 1)])
-            rebuilt += limiter._blocked_until is not table
+    async def failures(count: int) -> int:
+        rebuilt = 0
+        for i in range(count):
+            table = limiter._blocked
+            await limiter.failed([(f"2001:db8::{i:x}", 1)])
+            rebuilt += limiter._blocked is not table
+        return rebuilt
 
-    asyncio.run(failures())
-    assert rebuilt <= 1, f"the table was copied on {rebuilt} of 20 failures"
+    asyncio.run(failures(1_000))
+    assert asyncio.run(failures(20)) == 0
+    assert limiter.retry_after([("2001:db8::1", 1)]) is not None
+    assert limiter.retry_after([("198.51.100.1", 1)]) is None
+
+
+def test_the_rate_tables_forget_a_window_when_the_next_begins() -> None:
+    """Without a copy per request, the tables must still not grow past one window: a hit of the
+    next window drops the last one's keys, and its refusals end with it."""
+    counter = LocalCounter()
+    limiter = FailureLimiter(1, counter)
+    window = int(time.time() // WINDOW_SECONDS)
+
+    async def hits() -> None:
+        for i in range(1_000):
+            await counter.hit(f"ip:{i}", window - 1)
+        await limiter.failed([("2001:db8::1", 1)])
+
+    asyncio.run(hits())
+    assert len(counter._counts) == 1  # the failure's count, of this window
+    assert limiter.retry_after([("2001:db8::1", 1)]) is not None
+    limiter._window -= 1  # the window of that refusal has ended
+    assert limiter.retry_after([("2001:db8::1", 1)]) is None

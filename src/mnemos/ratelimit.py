@@ -33,16 +33,23 @@ class Counter(Protocol):
 
 
 class LocalCounter:
+    """This process's counts of the current window only: a new window starts a new table and the
+    old one is dropped whole, so a request never walks the table (a copy per request past a size
+    was review24 finding 2). A key needs a request, so the table holds at most what the process
+    serves in one window. A hit of an earlier window (a request that read the clock just before
+    the minute turned) counts in the current one."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, int], int] = {}
+        self._window = 0
+        self._counts: dict[str, int] = {}
 
     async def hit(self, key: str, window: int) -> int:
         with self._lock:
-            if len(self._counts) > 100_000:
-                self._counts = {k: v for k, v in self._counts.items() if k[1] >= window}
-            count = self._counts.get((key, window), 0) + 1
-            self._counts[(key, window)] = count
+            if window > self._window:
+                self._window, self._counts = window, {}
+            count = self._counts.get(key, 0) + 1
+            self._counts[key] = count
             return count
 
 
@@ -89,33 +96,29 @@ class FailureLimiter:
     process starts refusing at its own next failure once the shared count is over the limit.
     """
 
-    def __init__(self, per_minute: int, counter: Counter, max_addresses: int = 100_000):
+    def __init__(self, per_minute: int, counter: Counter):
         self.per_minute = per_minute
         self.counter = counter
-        self.max_addresses = max_addresses
-        self._blocked_until: dict[str, float] = {}
+        # The addresses refused until the end of `_window` (every refusal ends with its window):
+        # a new window drops them whole, so a failure never walks them (review24 finding 2).
+        self._window = 0
+        self._blocked: set[str] = set()
 
     def retry_after(self, keys: Sequence[tuple[str, int]]) -> int | None:
         """Seconds until a client whose failures count under `keys` (each a name and its
         limit's multiple: `mnemos.api.access.failure_keys`) may try again, or None when it may
         try now."""
         now = time.time()
-        waits = []
-        for key, _ in keys:
-            until = self._blocked_until.get(key)
-            if until is None:
-                continue
-            if until <= now:
-                self._blocked_until.pop(key, None)
-                continue
-            waits.append(max(1, int(until - now)))
-        return max(waits, default=None)
+        if int(now // WINDOW_SECONDS) != self._window or not any(
+            key in self._blocked for key, _ in keys
+        ):
+            return None
+        return max(1, int((self._window + 1) * WINDOW_SECONDS - now))
 
     async def failed(self, keys: Sequence[tuple[str, int]]) -> None:
         """Count one failed authentication under each of `keys`; a key past its limit
         (`per_minute` times its multiple) is refused until the window ends."""
-        now = time.time()
-        window = int(now // WINDOW_SECONDS)
+        window = int(time.time() // WINDOW_SECONDS)
         for key, multiple in keys:
             try:
                 count = await self.counter.hit(f"fail:{key}", window)
@@ -123,9 +126,9 @@ class FailureLimiter:
                 log.warning("rate limiter unavailable; not counting a failure", exc_info=True)
                 return
             if count >= self.per_minute * multiple:
-                if len(self._blocked_until) >= self.max_addresses:
-                    self._blocked_until = {k: v for k, v in self._blocked_until.items() if v > now}
-                self._blocked_until[key] = (window + 1) * WINDOW_SECONDS
+                if window != self._window:
+                    self._window, self._blocked = window, set()
+                self._blocked.add(key)
 
 
 class TenantShares:

@@ -82,7 +82,10 @@ def words(normalized: str) -> Iterator[str]:
 class WordPiece:
     """Text to ids: `[CLS] pieces... [SEP]`, at most `max_tokens` ids in all.
 
-    Thread-safe: it holds only the vocabulary and a cache of word → ids.
+    Thread-safe: it holds only the vocabulary and a cache of word → ids. The cache is shared by
+    every tenant of the process, so it keeps only words a vocabulary can split: a longer word is
+    `[UNK]` before the cache is asked (one pasted 10,000-character word would otherwise keep its
+    10-40 KB for good, 65,536 of them gigabytes: review24 finding 1).
     """
 
     def __init__(self, vocab: Sequence[str], max_tokens: int) -> None:
@@ -103,14 +106,12 @@ class WordPiece:
         ids: list[int] = []
         for chunk in _chunks(text):
             for word in words(normalize(chunk)):
-                ids.extend(self._word(word))
+                ids.extend((self.unk,) if len(word) > MAX_WORD_CHARS else self._word(word))
                 if len(ids) >= room:
                     return [self.cls, *ids[:room], self.sep]
         return [self.cls, *ids, self.sep]
 
     def _pieces(self, word: str) -> tuple[int, ...]:
-        if len(word) > MAX_WORD_CHARS:
-            return (self.unk,)
         pieces = []
         start = 0
         while start < len(word):
