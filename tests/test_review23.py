@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.embedding import load_embedder
 from mnemos.embedding.remote import EndpointEmbedder
@@ -28,10 +29,14 @@ from mnemos.storage.schema import memory_vectors
 from mnemos.storage.transfer_import import import_database
 from tests.conftest import BACKENDS, POSTGRES_URL
 from tests.test_claim_fair import _has_vector
-from tests.test_embedding import EmbeddingsServer
+from tests.test_embedding import EmbeddingsServer, good_answer
 from tests.test_migration_tuya import fresh_database
+from tests.test_recall import AISLE
 from tests.test_transfer import AGENT, client_on, dump, fresh
 from tests.world import World, agent_memory, memory_body
+
+SEARCH = "/api/v1/agent/memories/search"
+WORDS = "aisle seats"  # found by the keyword leg too
 
 LONG_NAME = "hf.co/" + "m" * 193
 """An endpoint's model name of 199 characters: it fits `model VARCHAR(200)` alone, as every
@@ -164,3 +169,35 @@ def test_a_retry_after_a_move_to_another_database_stores_nothing_new(
             listed = moved.get(AGENT, params={"limit": 10}, headers=ann.headers).json()["data"]
     assert retry.json()["data"]["id"] == first.json()["data"]["id"]
     assert len(listed) == 1
+
+
+# --- 4. a rolling upgrade across 0026: vectors the old processes store are never searched --------
+
+
+@pytest.mark.parametrize("mode", ["semantic"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="review23 finding 4: after 0026 the processes not yet restarted (docs/deploying.md, "
+    "'Upgrades') store vectors under the bare model name; the new ones search 'm@8' only, "
+    "nothing queues those memories again, and `mnemos reindex` refuses without --switch-model",
+)
+def test_a_memory_embedded_by_an_old_process_during_a_rolling_upgrade_is_found_by_meaning(
+    settings: Settings, store: Store, world: World, server: EmbeddingsServer, mode: str
+) -> None:
+    """`mnemos migrate` ran (0026: stored vectors renamed `m@8`); a process started before it
+    (code before 0026, whose `EndpointEmbedder.model` is the bare name `m`) goes on embedding
+    until its restart, as the upgrade procedure allows. Its write is what `save_vectors("m", ...)`
+    does here; then the restarted (current) servers search."""
+    server.answer = good_answer
+    embedder = load_embedder(server.url, model="m", dimensions=8)
+    assert isinstance(embedder, EndpointEmbedder) and embedder.model == "m@8"
+    ann = world.user("Ann", "acme")
+    writer = world.agent(ann, "Writer")
+    memory = agent_memory(writer, AISLE)
+    store.insert_memory(memory)
+    store.save_vectors("m", [memory.id], embedder.embed([AISLE]))  # the old process's worker
+    with TestClient(create_app(settings, store, embedder), raise_server_exceptions=False) as client:
+        drain(store, embedder)  # whatever the new servers queue, embedded
+        found = client.get(SEARCH, params={"query": WORDS, "mode": mode}, headers=writer.headers)
+    assert found.status_code == 200, found.text
+    assert [row["id"] for row in found.json()["data"]] == [str(memory.id)]
