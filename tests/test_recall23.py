@@ -404,3 +404,37 @@ def test_mcp_search_memories_takes_min_score(
         {"query": "where does the client like to sit on a plane?", "min_score": 0.3},
     )
     assert [m["id"] for m in near["structuredContent"]["memories"]] == [ids[AISLE]]
+
+
+# --- 6. MCP's list_memories parses its filters once ----------------------------------------
+
+
+@pytest.mark.parametrize("person", [False, True], ids=["agent", "person"])
+def test_mcp_list_memories_parses_its_filters_once(
+    settings: Settings,
+    store: Store,
+    acme: dict[str, Actor],  # noqa: F811
+    endpoint: EmbeddingsServer,
+    monkeypatch: pytest.MonkeyPatch,
+    person: bool,
+) -> None:
+    """With an embeddings endpoint and `MNEMOS_CONTENT_QUERY_MODE=hybrid`, the tool's first hop
+    parsed the filters to find the text to embed, and its run parsed them again."""
+    from mnemos.mcp import tools
+
+    parsed: list[str | None] = []
+
+    def counted(*args: Any) -> Any:
+        parsed.append(args[-1])
+        return tools_list_filters(*args)
+
+    tools_list_filters = tools.list_filters
+    monkeypatch.setattr(tools, "list_filters", counted)
+    embedder = load_embedder(endpoint.url, model="m", dimensions=8)
+    ranked = settings.model_copy(update={"content_query_mode": "hybrid"})
+    who = acme["ann"] if person else acme["writer"]
+    with TestClient(create_app(ranked, store, embedder)) as client:
+        put(client, acme["writer"], AISLE)
+        result = mcp(client, who, "list_memories", {"content_query": "aisle seats"})
+    assert not result.get("isError"), result
+    assert parsed == ["aisle seats"]
