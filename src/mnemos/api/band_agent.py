@@ -108,7 +108,7 @@ async def search_memories(
     found = await ranked(
         svc,
         threads,
-        search.embedded_first(svc),
+        search.text_embedded_first(svc),
         partial(memories.checked_query, ctx, params, search.filters),
         partial(
             memories.recall_as_agent, ctx, params, *search.arguments, min_score=search.min_score

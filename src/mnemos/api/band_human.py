@@ -113,7 +113,7 @@ async def search_memories(
     found, shown = await ranked(
         svc,
         threads,
-        search.embedded_first(svc),
+        search.text_embedded_first(svc),
         partial(svc.human.check, ctx, params, search.filters),
         partial(svc.human.recall, ctx, params, *search.arguments, min_score=search.min_score),
     )

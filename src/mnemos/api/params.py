@@ -118,7 +118,7 @@ class SearchRequest:
         before the probe, `ranked`)."""
         return self.filters, self.text, self.mode, self.limit, self.cursor
 
-    def embedded_first(self, svc: Services) -> str | None:
+    def text_embedded_first(self, svc: Services) -> str | None:
         """The text to embed before the search runs (`ranked`): an authenticated first page by
         meaning with an embedder on another machine; else None."""
         recall = svc.memories.recall
