@@ -540,8 +540,10 @@ class VectorStore(Protocol):
         self, model: str, ids: Sequence[uuid.UUID], vectors: NDArray[np.float32]
     ) -> int:
         """Store one unit vector per memory (row `i` is `ids[i]`'s), made by `model`, replacing
-        any earlier one, and take the memories off the queue; memories deleted meanwhile are
-        skipped. How many were stored."""
+        one of another model, and take the memories off the queue; memories deleted meanwhile
+        are skipped, and so is a memory whose vector of `model` is stored already (a memory's
+        text never changes: a second save, concurrent or not, adds nothing). How many were
+        stored."""
 
     @abc.abstractmethod
     def nearest_memories(

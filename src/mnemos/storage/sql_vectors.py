@@ -306,30 +306,44 @@ class VectorsSql(SqlBase):
             conn.execute(
                 vector_queue.delete().where(Q.tenant_id.in_(tenants), Q.memory_pk.in_(pks))
             )
+            # A memory's text never changes, so its vector of `model` saved already (by a
+            # worker that took it over when this one's lease ran out) is kept, and no second
+            # place is added to its owners' layout: a copy there would take a place of the
+            # search's first pass (`first_pass`'s `count x copies`). A vector of another model
+            # is replaced (its tail rows go by their cascade, its chunks with the reindex that
+            # switched models). A concurrent save of the same memory inserts first: this
+            # insert then waits for it and skips the row (PostgreSQL; SQLite has one writer).
             conn.execute(
-                memory_vectors.delete().where(V.tenant_id.in_(tenants), V.memory_pk.in_(pks))
+                memory_vectors.delete().where(
+                    V.tenant_id.in_(tenants), V.memory_pk.in_(pks), V.model != model
+                )
             )
-            conn.execute(
-                memory_vectors.insert(),
-                [
-                    {
-                        "tenant_id": row[2],
-                        "memory_pk": row[0],
-                        "model": model,
-                        "scale": float(scales[by_id[row[1]]]),
-                        "vector": quantized[by_id[row[1]]].tobytes(),
-                    }
-                    for row in found
-                ],
-            )
+            stored = {
+                (row[0], row[1])
+                for row in conn.execute(
+                    self._insert_ignore(memory_vectors).returning(V.tenant_id, V.memory_pk),
+                    [
+                        {
+                            "tenant_id": row[2],
+                            "memory_pk": row[0],
+                            "model": model,
+                            "scale": float(scales[by_id[row[1]]]),
+                            "vector": quantized[by_id[row[1]]].tobytes(),
+                        }
+                        for row in found
+                    ],
+                )
+            }
             tail = [
                 {"tenant_id": row[2], "owner": owner, "memory_pk": row[0]}
                 for row in found
+                if (row[2], row[0]) in stored
                 for owner in owner_keys(row[3], row[4:])
             ]
-            conn.execute(vector_tail.insert(), tail)
-            self._seal(conn, model, {(entry["tenant_id"], entry["owner"]) for entry in tail})
-        return len(found)
+            if tail:
+                conn.execute(vector_tail.insert(), tail)
+                self._seal(conn, model, {(entry["tenant_id"], entry["owner"]) for entry in tail})
+        return len(stored)
 
     def _seal(self, conn: Connection, model: str, owners: Iterable[Layout]) -> None:
         """Turn every full tail among `owners` (tenant, owner key) into a chunk."""

@@ -1,0 +1,109 @@
+"""Storage and lock-order leftovers (docs/decisions.md, "Storage and lock-order leftovers"):
+a vector saved twice keeps one place in its owners' layout; an erasure deletes idempotency keys
+through an index; writes that lock several rows of one kind take them in one order."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from mnemos.config import Settings
+from mnemos.storage import open_store
+from mnemos.storage.base import Store
+from mnemos.storage.schema import memories, vector_chunks, vector_tail
+from tests.test_vector_search import DIMS, MODEL, agent_memories, unit
+from tests.world import World
+
+
+def _places(store: Store) -> Counter[tuple[str, int]]:
+    """How often each (owner key, memory pk) is in the layout: its chunks and its tails."""
+    with store._read() as conn:  # type: ignore[attr-defined]
+        chunks = conn.execute(sa.select(vector_chunks.c.owner, vector_chunks.c.pks)).all()
+        tail = conn.execute(sa.select(vector_tail.c.owner, vector_tail.c.memory_pk)).all()
+    places: Counter[tuple[str, int]] = Counter()
+    for owner, blob in chunks:
+        places.update((owner, pk) for pk in np.frombuffer(bytes(blob), dtype="<i8").tolist())
+    places.update((owner, int(pk)) for owner, pk in tail)
+    return places
+
+
+def _three_saved(
+    store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[uuid.UUID], Any]:
+    """Three memories of one agent, saved once: with `CHUNK_ROWS` 2, two are sealed into a
+    chunk of each owner key and one waits in its tails."""
+    import mnemos.storage.sql_vectors as sql_vectors
+
+    monkeypatch.setattr(sql_vectors, "CHUNK_ROWS", 2)
+    agent = world.agent(world.user("Ann", "twice"))
+    made = agent_memories(agent, 3)
+    store.replace_memories(agent.tenant, made, [], made[0].inserted_at)
+    vectors = unit(np.random.default_rng(5).standard_normal((3, DIMS)).astype(np.float32))
+    ids = [memory.id for memory in made]
+    assert store.save_vectors(MODEL, ids, vectors) == 3
+    return ids, vectors
+
+
+def _once_each(store: Store) -> None:
+    places = _places(store)
+    with store._read() as conn:  # type: ignore[attr-defined]
+        pks = set(conn.execute(sa.select(memories.c.pk)).scalars())
+    assert {pk for _, pk in places} == pks
+    twice = {place: count for place, count in places.items() if count > 1}
+    assert not twice, f"vectors with more than one place in an owner's layout: {twice}"
+
+
+def test_a_vector_saved_again_keeps_one_place_in_its_owners_layout(
+    store: Store, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's lease ran out under a slow endpoint, another worker embedded the same
+    memories and saved first; the first then saves too."""
+    ids, vectors = _three_saved(store, world, monkeypatch)
+    again = store.save_vectors(MODEL, ids, vectors)
+    _once_each(store)
+    assert again == 0  # nothing new stored
+
+
+def test_two_saves_of_the_same_vectors_at_once_keep_one_place(
+    store: Store, world: World, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two savers of the same memories, their transactions open together (PostgreSQL; SQLite
+    runs them one after the other): each memory is stored once, its places once, and neither
+    saver fails."""
+    ids, vectors = _three_saved(store, world, monkeypatch)
+    more = agent_memories(world.agent(world.user("Bob", "twice")), 3)
+    store.replace_memories(more[0].tenant_id, more, [], more[0].inserted_at)
+    ids = [memory.id for memory in more]
+    postgres = settings.resolved_database_url().startswith("postgresql")
+    both_open = threading.Barrier(2, timeout=30)
+    savers = [open_store(settings) for _ in range(2)]
+    for saver in savers:
+        if not postgres:
+            continue
+        lazy = saver._lazy_write  # type: ignore[attr-defined]
+
+        @contextmanager
+        def together(*args: Any, _lazy: Any = lazy, **kwargs: Any) -> Iterator[Any]:
+            with _lazy(*args, **kwargs) as conn:
+                both_open.wait()
+                yield conn
+
+        saver._lazy_write = together  # type: ignore[attr-defined]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            saving = [pool.submit(saver.save_vectors, MODEL, ids, vectors) for saver in savers]
+            saved = sorted(future.result() for future in saving)
+    finally:
+        for saver in savers:
+            saver.close()
+    _once_each(store)
+    assert saved == [0, 3]
