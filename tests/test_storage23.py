@@ -10,16 +10,22 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from alembic import command
 
 from mnemos.config import Settings
-from mnemos.storage import open_store
+from mnemos.storage import alembic_config, migrate, open_store
 from mnemos.storage.base import Store
+from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import memories, vector_chunks, vector_tail
+from tests.conftest import BACKENDS
+from tests.test_migration_tuya import fresh_database
 from tests.test_vector_search import DIMS, MODEL, agent_memories, unit
 from tests.world import World
 
@@ -107,3 +113,76 @@ def test_two_saves_of_the_same_vectors_at_once_keep_one_place(
             saver.close()
     _once_each(store)
     assert saved == [0, 3]
+
+
+KEYS = 20_000
+
+
+def _plan(conn: sa.Connection, statement: sa.Delete) -> str:
+    """The plan the database chooses for `statement` (its values written into the text)."""
+    sql = str(statement.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    if conn.dialect.name == "sqlite":
+        return "\n".join(row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql))
+    return "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + sql))
+
+
+def test_an_erasures_key_deletes_look_keys_up_by_memory(store: Store, world: World) -> None:
+    """The tenant holds many keys of other memories; the erasure's deletes of the keys of the
+    person's memories (by a SELECT of them, and by a list of pairs) use
+    `ix_idempotency_keys_memory`, not a read of the tenant's every key."""
+    from mnemos.domain.tenants import Tenants
+    from mnemos.storage.schema import idempotency_keys
+    from mnemos.storage.sql_rights import keys_of_memories
+
+    ann = world.user("Ann", "keys")
+    agent = world.agent(ann)
+    tenant = agent.tenant
+    person = uuid.UUID(ann.id)
+    about = [replace(memory, subject_id=person) for memory in agent_memories(agent, 2)]
+    store.replace_memories(tenant, about, [], about[0].inserted_at)
+    principal = uuid.UUID(agent.id)
+    rows = [
+        {
+            "tenant_id": tenant,
+            "principal_id": principal,
+            "key": f"k{n}",
+            "fingerprint": "f" * 64,
+            "memory_id": about[n].id if n < len(about) else uuid.uuid4(),
+            "inserted_at": about[0].inserted_at,
+        }
+        for n in range(KEYS)
+    ]
+    with store._write() as conn:  # type: ignore[attr-defined]
+        conn.execute(idempotency_keys.insert(), rows)
+    reach = Tenants(about=person)
+    of_subject = sa.and_(memories.c.tenant_id == tenant, memories.c.subject_id == person)
+    forms = [
+        keys_of_memories(reach, sa.select(memories.c.tenant_id, memories.c.id).where(of_subject)),
+        keys_of_memories(reach, [(tenant, memory.id) for memory in about]),
+    ]
+    with store._write() as conn:  # type: ignore[attr-defined]
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql("ANALYZE idempotency_keys")
+            conn.exec_driver_sql("ANALYZE memories")
+            conn.exec_driver_sql("ANALYZE subject_tenants")
+        plans = [_plan(conn, statement) for statement in forms]
+    for plan in plans:
+        assert "ix_idempotency_keys_memory" in plan, plan
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_0028_adds_the_keys_memory_index_and_goes_down_and_up(backend: str, tmp_path: Path) -> None:
+    def indexes(url: str) -> set[str]:
+        engine = sa.create_engine(driver_url(url))
+        try:
+            return {index["name"] for index in sa.inspect(engine).get_indexes("idempotency_keys")}
+        finally:
+            engine.dispose()
+
+    with fresh_database(backend, tmp_path) as url:
+        migrate(Settings(database_url=url))
+        assert "ix_idempotency_keys_memory" in indexes(url)
+        command.downgrade(alembic_config(url), "0027_idempotency_key_sweep")
+        assert "ix_idempotency_keys_memory" not in indexes(url)
+        command.upgrade(alembic_config(url), "head")
+        assert "ix_idempotency_keys_memory" in indexes(url)
