@@ -9,7 +9,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from mnemos.config import Settings
+from mnemos.domain.ids import utcnow
 from mnemos.storage import alembic_config, migrate, open_store
 from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
@@ -186,3 +187,50 @@ def test_0028_adds_the_keys_memory_index_and_goes_down_and_up(backend: str, tmp_
         assert "ix_idempotency_keys_memory" not in indexes(url)
         command.upgrade(alembic_config(url), "head")
         assert "ix_idempotency_keys_memory" in indexes(url)
+
+
+def _tuya_writes(store: Store, subjects: list[uuid.UUID], org: uuid.UUID, n: int) -> None:
+    """Two writes at once, each superseding a key of both devices, in opposite orders."""
+    from tests.test_migration_tuya import tuya_memory
+
+    def write(order: list[uuid.UUID]) -> bool:
+        new = [(replace(tuya_memory(s, f"k{n}", 1, 0), tenant_id=org), f"1:k{n}") for s in order]
+        return store.put_tuya_memories(new, utcnow())
+
+    with ThreadPoolExecutor(2) as pool:
+        writes = [pool.submit(write, order) for order in (subjects, subjects[::-1])]
+        assert [future.result() for future in writes] == [True, True]
+
+
+def test_tuya_writes_over_two_devices_in_opposite_orders_never_deadlock(
+    store: Store, world: World, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`put_tuya_memories` locks each device's row before superseding its slots. Two writes of
+    the same two devices, given in opposite orders, took them in their own orders: each held
+    one and waited for the other's (PostgreSQL aborts one: deadlock detected). The first rounds
+    hold each writer after its first device until the other has one too, or for 2 s."""
+    if not settings.resolved_database_url().startswith("postgresql"):
+        pytest.skip("SQLite has one writer at a time: its writes cannot hold a lock each")
+    import mnemos.storage.sql_tuya as sql_tuya
+
+    org = uuid.UUID(world.org("tuya-order"))
+    subjects = [store.claim_tuya_device(f"order-{n}", org)[1] for n in range(2)]
+    original = sql_tuya.status_change  # called once per device, just after its lock
+    held: dict[str, Any] = {}
+
+    def meet_after_the_first_lock(*args: Any) -> Any:
+        mine = held.setdefault(threading.current_thread().name, [])
+        if not mine:
+            mine.append(True)
+            with suppress(threading.BrokenBarrierError):
+                held["barrier"].wait(timeout=2)
+        return original(*args)
+
+    monkeypatch.setattr(sql_tuya, "status_change", meet_after_the_first_lock)
+    for n in range(2):
+        held.clear()
+        held["barrier"] = threading.Barrier(2)
+        _tuya_writes(store, subjects, org, n)
+    monkeypatch.setattr(sql_tuya, "status_change", original)
+    for n in range(2, 40):
+        _tuya_writes(store, subjects, org, n)

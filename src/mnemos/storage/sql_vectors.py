@@ -477,9 +477,11 @@ class VectorsSql(SqlBase):
         return {(row[0], owner) for row in rows for owner in owner_keys(row[1], row[2:])}
 
     def _purge_vectors(self, conn: Connection, owners: set[Layout]) -> None:
+        # Chunks are locked (`_drop_dead`) in one order, (tenant, owner, seq), by every
+        # rewrite that takes several in one transaction: two erasures never deadlock on them.
         for tenant, owner in sorted(owners):
             seqs = conn.execute(
-                sa.select(C.seq).where(C.tenant_id == tenant, C.owner == owner)
+                sa.select(C.seq).where(C.tenant_id == tenant, C.owner == owner).order_by(C.seq)
             ).scalars()
             for seq in seqs.all():
                 self._drop_dead(conn, tenant, owner, seq)
@@ -489,7 +491,9 @@ class VectorsSql(SqlBase):
         without them, in the caller's transaction. Reads every chunk's keys of the tenant
         (8 bytes a vector): for the rare delete after which a pk may be given again
         (`SqliteStore._keys_freed`)."""
-        chunks = conn.execute(sa.select(C.owner, C.seq, C.pks).where(C.tenant_id == tenant)).all()
+        chunks = conn.execute(
+            sa.select(C.owner, C.seq, C.pks).where(C.tenant_id == tenant).order_by(C.owner, C.seq)
+        ).all()
         wanted = np.fromiter(pks, dtype="<i8", count=len(pks))
         for owner, seq, blob in chunks:
             if np.isin(np.frombuffer(bytes(blob), dtype="<i8"), wanted).any():
