@@ -5,6 +5,7 @@ through an index; writes that lock several rows of one kind take them in one ord
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -18,15 +19,28 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 from alembic import command
+from fastapi.testclient import TestClient
 
+from mnemos.api.app import create_app
 from mnemos.config import Settings
 from mnemos.domain.ids import utcnow
+from mnemos.domain.ports import Embedder
+from mnemos.indexer import drain
 from mnemos.storage import alembic_config, migrate, open_store
 from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import memories, vector_chunks, vector_tail
 from tests.conftest import BACKENDS
 from tests.test_migration_tuya import fresh_database
+from tests.test_recall import (  # noqa: F401 (the session's local embedder)
+    AISLE,
+    OTHERS,
+    Renamed,
+    embedder,
+    ids,
+    put,
+    search,
+)
 from tests.test_vector_search import DIMS, MODEL, agent_memories, unit
 from tests.world import World
 
@@ -234,3 +248,90 @@ def test_tuya_writes_over_two_devices_in_opposite_orders_never_deadlock(
     monkeypatch.setattr(sql_tuya, "status_change", original)
     for n in range(2, 40):
         _tuya_writes(store, subjects, org, n)
+
+
+# --- a server whose embedder is not the one the vectors were made by -----------------------
+
+
+def test_a_search_by_meaning_says_the_vectors_are_of_another_model(
+    store: Store,
+    world: World,
+    settings: Settings,
+    embedder: Embedder,  # noqa: F811
+) -> None:
+    """The database was reindexed under another embedder (`old`): this server's searches by
+    meaning found nothing and said nothing. Now a semantic search's `meta.note` and a hybrid
+    search's `fallback` (to keyword) name it; with vectors of its own model, neither does."""
+    agent = world.agent(world.user("Ann", "models"))
+    old = Renamed(embedder, "old-model@384")
+    with TestClient(create_app(settings, store, None)) as plain:
+        aisle = put(plain, agent, AISLE)
+        put(plain, agent, OTHERS[0])
+    assert drain(store, old) == 2
+    with TestClient(create_app(settings, store, embedder)) as client:
+        semantic = search(client, agent, mode="semantic")
+        assert semantic["data"] == []
+        assert semantic["meta"]["note"] == "other_model_indexed"
+        hybrid = search(client, agent, "aisle seats", mode="hybrid")
+        assert ids(hybrid) == [aisle]
+        assert hybrid["meta"]["mode"] == "keyword"
+        assert hybrid["meta"]["requested_mode"] == "hybrid"
+        assert hybrid["meta"]["fallback"] == "other_model_indexed"
+        # Another agent with nothing embedded yet: an empty answer, and no note.
+        fresh = world.agent(world.user("Bob", "models"))
+        assert "note" not in search(client, fresh, mode="semantic")["meta"]
+    store.queue_for_model(embedder.model, batch=10)
+    drain(store, embedder)
+    with TestClient(create_app(settings, store, embedder)) as client:
+        semantic = search(client, agent, mode="semantic")
+        assert ids(semantic)[0] == aisle and "note" not in semantic["meta"]
+        assert "fallback" not in search(client, agent, "aisle seats", mode="hybrid")["meta"]
+
+
+def test_a_server_on_another_model_warns_once_as_it_starts(
+    store: Store,
+    world: World,
+    settings: Settings,
+    embedder: Embedder,  # noqa: F811
+    caplog: Any,
+) -> None:
+    agent = world.agent(world.user("Ann", "models"))
+    with TestClient(create_app(settings, store, None)) as plain:
+        put(plain, agent, AISLE)
+    drain(store, Renamed(embedder, "old-model@384"))
+    with caplog.at_level("WARNING", logger="mnemos"):
+        with TestClient(create_app(settings, store, embedder)):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not _model_warnings(caplog):
+                time.sleep(0.05)
+    (warning,) = _model_warnings(caplog)
+    assert "old-model@384" in warning and embedder.model in warning
+    assert "mnemos reindex --switch-model" in warning
+
+
+def _model_warnings(caplog: Any) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "recall by meaning:" in r.getMessage()]
+
+
+def test_doctor_names_the_models_and_the_command_that_mends_them(
+    store: Store,
+    world: World,
+    settings: Settings,
+    embedder: Embedder,  # noqa: F811
+    database_url: str,
+) -> None:
+    from tests.test_operations import doctor
+
+    code, findings = doctor(database_url)
+    assert code == 0 and findings["vectors"]["level"] == "ok", findings
+    agent = world.agent(world.user("Ann", "models"))
+    with TestClient(create_app(settings, store, None)) as plain:
+        put(plain, agent, AISLE)
+    drain(store, Renamed(embedder, "old-model@384"))
+    code, findings = doctor(database_url)  # the default embedder: `local`
+    assert code == 1 and findings["vectors"]["level"] == "problem", findings
+    detail = findings["vectors"]["detail"]
+    assert "old-model@384" in detail and embedder.model in detail
+    assert "mnemos reindex --switch-model" in detail
+    code, findings = doctor(database_url, MNEMOS_EMBEDDER="none")
+    assert code == 0 and "old-model@384" in findings["vectors"]["detail"], findings

@@ -360,6 +360,11 @@ class SearchMeta(BaseModel):
     limit: int
     requested_mode: str | None = Field(None, description="Set when the mode asked for was not used")
     fallback: str | None = Field(None, description="Why the requested mode was not used")
+    note: str | None = Field(
+        None,
+        description="Why a semantic search found nothing (`other_model_indexed`: the memories "
+        "hold vectors of another embedder's model only)",
+    )
     has_more: bool
     next_cursor: str | None = Field(
         description="Pass as `cursor` with the same search for the next page (null: no more)"

@@ -586,6 +586,12 @@ class VectorStore(Protocol):
         """The models whose vectors the database holds (in name order; empty: none yet)."""
 
     @abc.abstractmethod
+    def other_model_vectors(self, query: MemoryQuery, model: str) -> str | None:
+        """A model other than `model` whose vectors the search layout holds for the memories
+        `query`'s audiences read (any one; None: none). Asked when a search by meaning found
+        nothing: whether the database was reindexed under another embedder."""
+
+    @abc.abstractmethod
     def queue_for_model(self, model: str, batch: int) -> int:
         """Queue every memory with no vector of `model` (none yet, or another model's), `batch`
         memories per transaction, and drop the search layout of other models; how many

@@ -35,7 +35,7 @@ import hashlib
 import logging
 import secrets
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -68,6 +68,10 @@ MAX_DEPTH = 200  # the most a keyword or semantic search answers (hybrid: 2 * HY
 KEPT_FOR = timedelta(minutes=30)  # how long a search's later pages can be read
 KEPT_PER_CALLER = 100  # answers kept per caller: a newer search drops its oldest kept answer
 EMBED_LEASE = timedelta(seconds=30)
+OTHER_MODEL = "other_model_indexed"
+"""What a search by meaning says (hybrid: its `fallback`; semantic: its `note`) when the memories
+it reads hold vectors of another model only: the database was reindexed under another embedder
+than this server's (`models_apart`)."""
 
 
 class SearchMode(StrEnum):
@@ -172,6 +176,8 @@ class Recall:
         ordered, fallback = self.answer(query, text, mode, MAX_DEPTH, probe)
         if fallback is not None:
             meta.update(mode="keyword", requested_mode=mode.value, fallback=fallback)
+        elif mode is SearchMode.SEMANTIC and not ordered and self._other_model_only(query):
+            meta["note"] = OTHER_MODEL  # an empty answer says why, not only that
         items, more = self._page(query, ordered, 0, limit)
         next_cursor = None
         if more is not None:
@@ -215,6 +221,8 @@ class Recall:
                     raise
                 log.warning("hybrid search fell back to keyword: %s", exc)
                 return self._by_words(query, text, False, depth), exc.code
+        if not by_meaning and self._other_model_only(query):
+            return self._by_words(query, text, False, depth), OTHER_MODEL
         return fuse([by_words, by_meaning], 2 * HYBRID_DEPTH), None
 
     def _later_page(
@@ -285,12 +293,38 @@ class Recall:
         rows = self.store.rank_memories(ranked, limit=depth, pool=pool)
         return [Scored(row.id, 1.0 / (RRF_K + rank)) for rank, row in enumerate(rows, 1)]
 
+    def _other_model_only(self, query: MemoryQuery) -> bool:
+        """Whether the memories `query` reads hold vectors of another model than this server's
+        (asked only when a search by meaning found none of its own model there: one more
+        statement, for an empty answer only)."""
+        assert self.embedder is not None
+        plain = replace(query, search=None, order=Order.NEWEST)
+        return self.store.other_model_vectors(plain, self.embedder.model) is not None
+
     def _nearest(self, query: MemoryQuery, probe: Probe, limit: int) -> list[Scored]:
         assert self.embedder is not None
         plain = replace(query, search=None, order=Order.NEWEST)
         found = list(self.store.nearest_memories(plain, probe, self.embedder.model, limit))
         probe()  # a failed embedding fails the search even where the store did not need it
         return found
+
+
+def models_apart(held: Collection[str], model: str) -> str | None:
+    """What an operator is told (`mnemos doctor`, a server's log at start) when the database
+    holds vectors of other models than `model`, the embedder's: searches by meaning then find
+    only the memories with a vector of `model` (none, after a reindex under another embedder).
+    None when it holds none of another model. Nothing re-embeds them by itself (docs/search.md,
+    "Reindexing")."""
+    others = sorted(set(held) - {model})
+    if not others:
+        return None
+    which = "also" if model in held else "none"
+    return (
+        f"the database holds vectors of {', '.join(others)} and {which} of {model} "
+        "(MNEMOS_EMBEDDER here): memories embedded only by another model are not found by "
+        "meaning; run `mnemos reindex --switch-model` with these MNEMOS_EMBEDDER settings to "
+        "replace them, or serve with the embedder that made them"
+    )
 
 
 def search_key(query: MemoryQuery, text: str, mode: SearchMode) -> str:

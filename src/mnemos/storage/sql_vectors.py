@@ -232,6 +232,20 @@ class VectorsSql(SqlBase):
             )
             return list(found.scalars())
 
+    def other_model_vectors(self, query: MemoryQuery, model: str) -> str | None:
+        if not query.audiences:
+            return None
+        with self._read() as conn:
+            tenants, owners = self._owners(conn, query.audiences)
+            if not tenants or not owners:
+                return None
+            params = {"tenants": tenants, "owners": sorted(owners), "model": model}
+            for statement in OTHER_MODELS:  # the chunks first: a reindex drops other models'
+                found: str | None = conn.execute(statement, params).scalar()
+                if found is not None:
+                    return found
+        return None
+
     def queue_for_model(self, model: str, batch: int) -> int:
         embedded = sa.select(V.memory_pk).where(
             V.tenant_id == M.tenant_id, V.memory_pk == M.pk, V.model == model
@@ -731,6 +745,26 @@ BLOB_READS: dict[str, sa.Select[Any] | sa.CompoundSelect[Any]] = {
 }
 """The statements that read the search's blobs, built once: each binds the audiences'
 `tenants`, a list (`owners` or `keys`) and the `model`."""
+
+OTHER_MODELS = (
+    sa.select(C.model)
+    .where(
+        _keys_in(C.tenant_id, "tenants"),
+        _keys_in(C.owner, "owners"),
+        C.model != sa.bindparam("model"),
+    )
+    .limit(1),
+    sa.select(V.model)
+    .join(vector_tail, sa.and_(T.tenant_id == V.tenant_id, T.memory_pk == V.memory_pk))
+    .where(
+        _keys_in(T.tenant_id, "tenants"),
+        _keys_in(T.owner, "owners"),
+        V.model != sa.bindparam("model"),
+    )
+    .limit(1),
+)
+"""A model other than `model` in the owners' chunks, then in their tails (the first found):
+`other_model_vectors`, binding as `BLOB_READS` do."""
 
 
 def _int8_rows(blob: bytes, rows: int) -> NDArray[np.int8]:
