@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 
 from mnemos.domain.ports import Embedder, VectorStore
-from mnemos.domain.recall import embed_pending
+from mnemos.domain.recall import embed_pending, models_apart
 
 log = logging.getLogger("mnemos")
 
@@ -159,6 +159,7 @@ class Indexer:
         embedder = self._embedder() if callable(self._embedder) else self._embedder
         if embedder is None:
             return
+        self._warn_of_other_models(embedder.model)
         while not self._stop.is_set():
             try:
                 done = embed_pending(self.store, embedder, self.batch, self._give_way)
@@ -177,6 +178,21 @@ class Indexer:
                     self._sweep()
                 self._wake.wait(IDLE_SECONDS)
                 self._wake.clear()  # before the next look at the queue: no wake-up is lost
+
+    def _warn_of_other_models(self, model: str) -> None:
+        """Once, as the server starts: a database reindexed under another embedder than this
+        server's answers searches by meaning with nothing (each such search says so in its
+        `meta`). Nothing is queued for this model here: which model is right is the
+        operator's choice, and re-embedding every memory is theirs to start (`mnemos reindex
+        --switch-model`; docs/decisions.md, "Storage and lock-order leftovers"). Read in this
+        thread: the server answers meanwhile."""
+        try:
+            note = models_apart(self.store.vector_models(), model)
+        except Exception:
+            log.exception("reading the models of the stored vectors failed")
+            return
+        if note is not None:
+            log.warning("recall by meaning: %s", note)
 
     def _wait_for_quiet(self) -> None:
         """Before a step: give way to requests in flight, for at most the bound, and at most

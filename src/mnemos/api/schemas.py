@@ -366,7 +366,12 @@ class SearchMeta(BaseModel):
     fallback: str | None = Field(
         None,
         description="Why the requested mode was not used: the failing leg's error code "
-        "(`embedder_unavailable`, `search_too_expensive`) or `no embedder`",
+        "(`embedder_unavailable`, `search_too_expensive`, `other_model_indexed`) or `no embedder`",
+    )
+    note: str | None = Field(
+        None,
+        description="Why a semantic search found nothing (`other_model_indexed`: the memories "
+        "hold vectors of another embedder's model only)",
     )
     has_more: bool
     next_cursor: str | None = Field(

@@ -36,7 +36,7 @@ import hashlib
 import logging
 import secrets
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -71,6 +71,10 @@ MAX_DEPTH = 200  # the most a keyword or semantic search answers (hybrid: 2 * HY
 KEPT_FOR = timedelta(minutes=30)  # how long a search's later pages can be read
 KEPT_PER_CALLER = 100  # answers kept per caller: a newer search drops its oldest kept answer
 EMBED_LEASE = timedelta(seconds=30)
+OTHER_MODEL = "other_model_indexed"
+"""What a search by meaning says (hybrid: its `fallback`; semantic: its `note`) when the memories
+it reads hold vectors of another model only: the database was reindexed under another embedder
+than this server's (`models_apart`)."""
 
 
 class SearchMode(StrEnum):
@@ -94,7 +98,8 @@ class Recalled:
 @dataclass(frozen=True)
 class Fallback:
     """How a hybrid search answered when one leg could not: by `mode` alone, because of
-    `reason` (its answer's `meta.fallback`: the other leg's error code, or "no embedder")."""
+    `reason` (its answer's `meta.fallback`: the other leg's error code, or "no embedder"). For
+    a semantic search (`mode` the one asked), why it found nothing (`meta.note`)."""
 
     mode: SearchMode
     reason: str
@@ -183,9 +188,12 @@ class Recall:
         meta: dict[str, Any] = {"mode": mode.value, "limit": limit, **_floor_meta(min_score)}
         ordered, fallback = self.answer(query, text, mode, MAX_DEPTH, probe, min_score)
         if fallback is not None:
-            meta.update(
-                mode=fallback.mode.value, requested_mode=mode.value, fallback=fallback.reason
-            )
+            if fallback.mode is mode:  # answered as asked, saying why it found nothing
+                meta["note"] = fallback.reason
+            else:
+                meta.update(
+                    mode=fallback.mode.value, requested_mode=mode.value, fallback=fallback.reason
+                )
         items, more = self._page(query, ordered, 0, limit)
         next_cursor = None
         if more is not None:
@@ -223,7 +231,8 @@ class Recall:
         started = self.probes.ahead(text) if embedded is None else nullcontext(embedded)
         with started as probe:
             if mode is SearchMode.SEMANTIC:
-                return self._nearest(query, probe, depth, min_score), None
+                found, other_model = self._nearest(query, probe, depth, min_score)
+                return found, Fallback(mode, OTHER_MODEL) if other_model else None
             return self._hybrid(query, text, probe, depth, min_score)
 
     def _hybrid(
@@ -236,20 +245,24 @@ class Recall:
             by_words = self._by_words(query, text, False, HYBRID_DEPTH, HYBRID_POOL)
         except SearchTooExpensive as refused:
             try:
-                by_meaning = self._nearest(query, probe, depth, min_score)
+                by_meaning, other_model = self._nearest(query, probe, depth, min_score)
             except MnemosError as failed:  # neither leg answers: as keyword alone would
                 if probe.failed_with(failed):
                     raise refused from None
                 raise
+            if other_model:  # nor does the meaning leg, of another model's vectors
+                raise refused from None
             log.info("hybrid search answered by meaning alone: %s", refused.message)
             return by_meaning, Fallback(SearchMode.SEMANTIC, refused.code)
         try:
-            by_meaning = self._nearest(query, probe, HYBRID_DEPTH, min_score)
+            by_meaning, other_model = self._nearest(query, probe, HYBRID_DEPTH, min_score)
         except MnemosError as exc:  # an embedding service that fails: keyword still answers
             if not probe.failed_with(exc):
                 raise
             log.warning("hybrid search fell back to keyword: %s", exc)
             return self._by_words_alone(query, text, depth, exc.code)
+        if other_model:
+            return self._by_words_alone(query, text, depth, OTHER_MODEL)
         return fuse([by_words, by_meaning], 2 * HYBRID_DEPTH), None
 
     def _by_words_alone(
@@ -338,18 +351,30 @@ class Recall:
         rows = self.store.rank_memories(ranked, limit=depth, pool=pool)
         return [Scored(row.id, 1.0 / (RRF_K + rank)) for rank, row in enumerate(rows, 1)]
 
+    def _other_model_only(self, query: MemoryQuery) -> bool:
+        """Whether the memories `query` reads hold vectors of another model than this server's
+        (asked only when a search by meaning found none of its own model there: one more
+        statement, for an empty answer only)."""
+        assert self.embedder is not None
+        plain = replace(query, search=None, order=Order.NEWEST)
+        return self.store.other_model_vectors(plain, self.embedder.model) is not None
+
     def _nearest(
         self, query: MemoryQuery, probe: Probe, limit: int, min_score: float | None = None
-    ) -> list[Scored]:
-        """The nearest `limit` by cosine, best first; those at least `min_score`, if given (a
-        prefix: a filter over at most `MAX_DEPTH` scores, no other read)."""
+    ) -> tuple[list[Scored], bool]:
+        """The nearest `limit` by cosine, best first, those at least `min_score` if given (a
+        prefix: a filter over at most `MAX_DEPTH` scores, no other read); and whether nothing
+        was found because the memories hold vectors of another model only (asked only when
+        none of this model was found, before any floor)."""
         assert self.embedder is not None
         plain = replace(query, search=None, order=Order.NEWEST)
         found = list(self.store.nearest_memories(plain, probe, self.embedder.model, limit))
         probe()  # a failed embedding fails the search even where the store did not need it
-        if min_score is None:
-            return found
-        return [scored for scored in found if scored.score >= min_score]
+        if not found:
+            return found, self._other_model_only(query)
+        if min_score is not None:
+            found = [scored for scored in found if scored.score >= min_score]
+        return found, False
 
 
 def check_limit(limit: int) -> int:
@@ -376,6 +401,24 @@ def check_floor(min_score: float | None, mode: SearchMode) -> float | None:
 
 def _floor_meta(min_score: float | None) -> dict[str, float]:
     return {} if min_score is None else {"min_score": min_score}
+
+
+def models_apart(held: Collection[str], model: str) -> str | None:
+    """What an operator is told (`mnemos doctor`, a server's log at start) when the database
+    holds vectors of other models than `model`, the embedder's: searches by meaning then find
+    only the memories with a vector of `model` (none, after a reindex under another embedder).
+    None when it holds none of another model. Nothing re-embeds them by itself (docs/search.md,
+    "Reindexing")."""
+    others = sorted(set(held) - {model})
+    if not others:
+        return None
+    which = "also" if model in held else "none"
+    return (
+        f"the database holds vectors of {', '.join(others)} and {which} of {model} "
+        "(MNEMOS_EMBEDDER here): memories embedded only by another model are not found by "
+        "meaning; run `mnemos reindex --switch-model` with these MNEMOS_EMBEDDER settings to "
+        "replace them, or serve with the embedder that made them"
+    )
 
 
 def search_key(
