@@ -288,6 +288,29 @@ def test_a_search_by_meaning_says_the_vectors_are_of_another_model(
         assert "fallback" not in search(client, agent, "aisle seats", mode="hybrid")["meta"]
 
 
+def test_a_floor_that_leaves_nothing_is_not_read_as_another_model(
+    store: Store,
+    world: World,
+    settings: Settings,
+    embedder: Embedder,  # noqa: F811
+) -> None:
+    """Memories of both models in one agent's scope (a reindex under way): a similarity floor
+    that leaves none of this model's nearest is the floor's answer, not `other_model_indexed`
+    (the check reads the answer before the floor)."""
+    agent = world.agent(world.user("Ann", "floors"))
+    with TestClient(create_app(settings, store, None)) as plain:
+        aisle = put(plain, agent, AISLE)
+    assert drain(store, Renamed(embedder, "old-model@384")) == 1
+    with TestClient(create_app(settings, store, None)) as plain:
+        put(plain, agent, OTHERS[0])
+    assert drain(store, embedder) == 1
+    with TestClient(create_app(settings, store, embedder)) as client:
+        floored = search(client, agent, mode="semantic", min_score=0.99)
+        assert floored["data"] == [] and "note" not in floored["meta"]
+        hybrid = search(client, agent, "aisle seats", mode="hybrid", min_score=0.99)
+        assert ids(hybrid) == [aisle] and "fallback" not in hybrid["meta"]
+
+
 def test_a_server_on_another_model_warns_once_as_it_starts(
     store: Store,
     world: World,
