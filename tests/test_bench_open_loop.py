@@ -73,3 +73,14 @@ def test_a_stall_counts_against_the_requests_scheduled_during_it(base: str) -> N
 def test_a_failed_request_fails_the_run(base: str) -> None:
     with pytest.raises(RuntimeError, match="1 of 3 requests failed"):
         open_loop.run(base, {}, 100.0, 3, lambda http, i: http.get("/" if i != 1 else "/x"))
+
+
+def test_a_client_held_back_still_counts_from_the_schedule(
+    base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(open_loop, "SENDERS", 1)  # the client, not the server, holds them back
+    timings = open_loop.run(base, {}, 50.0, 12, request)
+    after = STALLED + 1  # sent only once the stall answered, ~280 ms past its schedule
+    assert timings.send_delay[after] >= (STALL_SECONDS - 0.02) * 1000 * 0.9
+    assert timings.from_schedule[after] >= timings.send_delay[after]
+    assert timings.from_send[after] < STALL_SECONDS * 1000 / 2
