@@ -117,3 +117,14 @@ def test_the_rate_tables_forget_a_window_when_the_next_begins() -> None:
     assert limiter.retry_after([("2001:db8::1", 1)]) is not None
     limiter._window -= 1  # the window of that refusal has ended
     assert limiter.retry_after([("2001:db8::1", 1)]) is None
+
+
+def test_a_failure_counted_in_the_last_window_ends_no_block() -> None:
+    """A failure whose clock read came just before the minute turned (its count awaited Redis
+    meanwhile, or the clock stepped back) finishes after a later window's blocks began: it must
+    not drop them (review25's note)."""
+    limiter = FailureLimiter(1, LocalCounter())
+    asyncio.run(limiter.failed([("2001:db8::1", 1)]))
+    limiter._window += 1  # that block belongs to the next window, which has begun
+    asyncio.run(limiter.failed([("2001:db8::2", 1)]))  # a failure of the window before it
+    assert "2001:db8::1" in limiter._blocked

@@ -1,16 +1,15 @@
 """A hostile review of this session's changes (review25): recall23's ranked routes, min_score and
 other-model note, storage23's vector saves, the lead's rate tables and tokenizer.
 
-Each test states the behaviour the finding asks for and is a strict xfail: it fails today for the
-finding's reason (docs/decisions.md, "A hostile review of this session's changes (2026-12-05,
-helper "review25")").
+Each test states the behaviour the finding asks for; each was a strict xfail, failing on the
+code before its fix for the finding's reason (docs/decisions.md, "A hostile review of this
+session's changes (2026-12-05, helper "review25")").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from mnemos.api.app import create_app
@@ -51,11 +50,6 @@ def _search(client: TestClient, agent: Actor, **params: Any) -> Any:
     return client.get(SEARCH, params=params, headers=agent.headers)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review25 finding 1: a search by meaning whose filters match nothing says "
-    "other_model_indexed (the check ignores the filters)",
-)
 def test_a_filter_that_matches_nothing_is_not_read_as_another_model(
     store: Store,
     world: World,
@@ -76,12 +70,6 @@ def test_a_filter_that_matches_nothing_is_not_read_as_another_model(
         assert "note" not in found.json()["meta"], found.json()["meta"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review25 finding 1: a hybrid search whose filters match nothing falls back to a "
-    "strict keyword search (other_model_indexed) and 422s a query the same search without "
-    "the filter answers",
-)
 def test_a_hybrid_search_that_matches_nothing_answers_as_without_the_filter(
     store: Store,
     world: World,
@@ -102,11 +90,6 @@ def test_a_hybrid_search_that_matches_nothing_answers_as_without_the_filter(
         assert "fallback" not in filtered.json()["meta"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review25 finding 2: while the embeddings endpoint fails, a hybrid question of more "
-    "than 8 words is 422 validation_failed (the client's fault, not retried), not 503",
-)
 def test_a_hybrid_question_is_not_invalid_while_the_endpoint_is_down(
     store: Store, world: World, settings: Settings
 ) -> None:
@@ -130,6 +113,7 @@ def test_a_hybrid_question_is_not_invalid_while_the_endpoint_is_down(
             semantic = _search(client, agent, query=QUESTION, mode="semantic")
             assert semantic.status_code == 503, semantic.text
             hybrid = _search(client, agent, query=QUESTION, mode="hybrid")
-            assert hybrid.status_code != 422, hybrid.text
+            assert hybrid.status_code == 503, hybrid.text
+            assert hybrid.json()["error"]["code"] == "embedder_unavailable"
     finally:
         server.close()

@@ -126,8 +126,8 @@ class FailureLimiter:
                 log.warning("rate limiter unavailable; not counting a failure", exc_info=True)
                 return
             if count >= self.per_minute * multiple:
-                if window != self._window:
-                    self._window, self._blocked = window, set()
+                if window > self._window:  # a failure that read the clock just before the
+                    self._window, self._blocked = window, set()  # minute turned ends no block
                 self._blocked.add(key)
 
 

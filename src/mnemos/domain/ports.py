@@ -588,8 +588,10 @@ class VectorStore(Protocol):
     @abc.abstractmethod
     def other_model_vectors(self, query: MemoryQuery, model: str) -> str | None:
         """A model other than `model` whose vectors the search layout holds for the memories
-        `query`'s audiences read (any one; None: none). Asked when a search by meaning found
-        nothing: whether the database was reindexed under another embedder."""
+        `query`'s audiences read, when it holds none of `model` there (any one; None: none, or
+        some of `model`: then an empty answer is its filters' or its floor's, review25 finding
+        1). Asked when a search by meaning found nothing: whether the database was reindexed
+        under another embedder."""
 
     @abc.abstractmethod
     def queue_for_model(self, model: str, batch: int) -> int:

@@ -260,20 +260,30 @@ class Recall:
             if not probe.failed_with(exc):
                 raise
             log.warning("hybrid search fell back to keyword: %s", exc)
-            return self._by_words_alone(query, text, depth, exc.code)
+            return self._by_words_alone(query, text, depth, exc.code, exc)
         if other_model:
             return self._by_words_alone(query, text, depth, OTHER_MODEL)
         return fuse([by_words, by_meaning], 2 * HYBRID_DEPTH), None
 
     def _by_words_alone(
-        self, query: MemoryQuery, text: str, depth: int, reason: str
+        self,
+        query: MemoryQuery,
+        text: str,
+        depth: int,
+        reason: str,
+        failure: MnemosError | None = None,
     ) -> tuple[list[Scored], Fallback]:
         """A hybrid search without its meaning leg (`reason`): answered as `mode=keyword`
         answers, so a query full text cannot take (more than `MAX_TERMS` words, no letter) is
-        its 422, whose details name the fallback, rather than an empty answer."""
+        its 422, whose details name the fallback, rather than an empty answer. When the leg is
+        missing for a while only (`failure`: the embedding service's error), that query is
+        refused with the failure instead (503): a 422 would tell the client to change a
+        question that answers once the service is back (review25 finding 2)."""
         try:
             found = self._by_words(query, text, True, depth)
         except ValidationFailed as refused:
+            if failure is not None:
+                raise failure from None
             details = {**(refused.details or {}), "fallback": reason}
             raise ValidationFailed(refused.message, details=details) from None
         return found, Fallback(SearchMode.KEYWORD, reason)

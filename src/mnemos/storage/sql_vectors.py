@@ -240,6 +240,8 @@ class VectorsSql(SqlBase):
             if not tenants or not owners:
                 return None
             params = {"tenants": tenants, "owners": sorted(owners), "model": model}
+            if any(conn.execute(held, params).first() for held in OWN_MODEL):
+                return None  # whatever the search's filters left: this model's vectors are here
             for statement in OTHER_MODELS:  # the chunks first: a reindex drops other models'
                 found: str | None = conn.execute(statement, params).scalar()
                 if found is not None:
@@ -746,25 +748,29 @@ BLOB_READS: dict[str, sa.Select[Any] | sa.CompoundSelect[Any]] = {
 """The statements that read the search's blobs, built once: each binds the audiences'
 `tenants`, a list (`owners` or `keys`) and the `model`."""
 
-OTHER_MODELS = (
-    sa.select(C.model)
-    .where(
-        _keys_in(C.tenant_id, "tenants"),
-        _keys_in(C.owner, "owners"),
-        C.model != sa.bindparam("model"),
+
+def _models_held(other: bool) -> tuple[sa.Select[Any], sa.Select[Any]]:
+    """A model of the owners' chunks, then of their tails (the first found): one other than
+    the bound `model` (`other`), or `model` itself; binding as `BLOB_READS` do."""
+
+    def matches(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+        return column != sa.bindparam("model") if other else column == sa.bindparam("model")
+
+    chunks = sa.select(C.model).where(
+        _keys_in(C.tenant_id, "tenants"), _keys_in(C.owner, "owners"), matches(C.model)
     )
-    .limit(1),
-    sa.select(V.model)
-    .join(vector_tail, sa.and_(T.tenant_id == V.tenant_id, T.memory_pk == V.memory_pk))
-    .where(
-        _keys_in(T.tenant_id, "tenants"),
-        _keys_in(T.owner, "owners"),
-        V.model != sa.bindparam("model"),
+    tails = (
+        sa.select(V.model)
+        .join(vector_tail, sa.and_(T.tenant_id == V.tenant_id, T.memory_pk == V.memory_pk))
+        .where(_keys_in(T.tenant_id, "tenants"), _keys_in(T.owner, "owners"), matches(V.model))
     )
-    .limit(1),
-)
-"""A model other than `model` in the owners' chunks, then in their tails (the first found):
-`other_model_vectors`, binding as `BLOB_READS` do."""
+    return chunks.limit(1), tails.limit(1)
+
+
+OWN_MODEL = _models_held(other=False)
+OTHER_MODELS = _models_held(other=True)
+"""`other_model_vectors`' reads: whether the owners hold any vector of the server's model,
+then another model's."""
 
 
 def _int8_rows(blob: bytes, rows: int) -> NDArray[np.int8]:
