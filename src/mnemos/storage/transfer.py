@@ -39,6 +39,7 @@ from mnemos.errors import MnemosError
 from mnemos.ndjson import line_safe
 from mnemos.storage import backend
 from mnemos.storage.schema import metadata
+from mnemos.storage.sqlite_engine import begin_explicitly
 
 FORMAT = "mnemos-export"
 FORMAT_VERSION = 1
@@ -115,16 +116,12 @@ def connect(url: str, *, write: bool) -> Engine:
     """An engine for one export or import: a snapshot to read from, or one write transaction."""
     engine = sa.create_engine(backend(url).migration_url(url))
     if engine.dialect.name == "sqlite":
+        begin_explicitly(engine, "BEGIN IMMEDIATE" if write else "BEGIN")
 
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None  # BEGIN is ours (below)
             dbapi_conn.execute("PRAGMA busy_timeout=30000")
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
-
-        @sa.event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
         return engine
     level = "SERIALIZABLE" if write else "REPEATABLE READ"
