@@ -165,11 +165,6 @@ def test_an_upgrade_stopped_inside_a_migration_can_be_run_again(tmp_path: Path) 
 # --- 3. a move (export → import) forgets the idempotency keys: a retry stores a second memory ----
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review23 finding 3: `mnemos export` skips idempotency_keys, so a store retried "
-    "after a move to another database (its day not over) stores the memory a second time",
-)
 def test_a_retry_after_a_move_to_another_database_stores_nothing_new(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:

@@ -46,22 +46,23 @@ FORMAT_VERSION = 1
 BATCH_ROWS = 2000
 AS_JSON = orjson.OPT_SERIALIZE_NUMPY  # a vector column may read back as a numpy array
 
-SKIPPED_TABLES = frozenset(
-    {"idempotency_keys", "memory_vectors", "vector_queue", "vector_tail", "vector_chunks"}
-)
-"""Not exported: replay records of recent requests, worthless on another server; and vectors,
-derived from content and keyed by row numbers that `--merge` renumbers: every imported memory
-is queued for embedding by the database's own trigger (`mnemos reindex` or the server's
-embedding workers rebuild them)."""
+SKIPPED_TABLES = frozenset({"memory_vectors", "vector_queue", "vector_tail", "vector_chunks"})
+"""Not exported: vectors, derived from content and keyed by row numbers that `--merge`
+renumbers: every imported memory is queued for embedding by the database's own trigger
+(`mnemos reindex` or the server's embedding workers rebuild them)."""
 
 MERGE_KEYS = {"memories": ("id",), "memory_history": ("memory_id", "event", "at")}
 """What identifies a row of a table whose primary key the target numbers itself with --merge:
 an imported row the target already holds by these columns is skipped."""
 
-NOT_MERGED = frozenset({"tuya_tokens"})
+NOT_MERGED = frozenset({"tuya_tokens", "idempotency_keys"})
 """Left out by `--merge` (counted as skipped): Tuya's access and refresh token pairs live for
 hours and are replaced at each refresh; a pair from an older file would be valid again in a
-target that replaced it (a connector signs in again with its project's secret)."""
+target that replaced it (a connector signs in again with its project's secret). Idempotency
+keys are a day's replay records of the server the file came from: a move (a plain import)
+carries them with their `inserted_at`, so a store retried after it, within the key's day, is
+answered with the memory it stored (review23, finding 3); a merge is not that server, and a key
+may name a memory the merge skipped."""
 
 REPLACED_TABLES = frozenset({"server_secrets"})
 """Written over what the target holds (a database that has served once already has its own
