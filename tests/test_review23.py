@@ -190,12 +190,6 @@ def test_a_retry_after_a_move_to_another_database_stores_nothing_new(
 
 
 @pytest.mark.parametrize("mode", ["semantic"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="review23 finding 4: after 0026 the processes not yet restarted (docs/deploying.md, "
-    "'Upgrades') store vectors under the bare model name; the new ones search 'm@8' only, "
-    "nothing queues those memories again, and `mnemos reindex` refuses without --switch-model",
-)
 def test_a_memory_embedded_by_an_old_process_during_a_rolling_upgrade_is_found_by_meaning(
     settings: Settings, store: Store, world: World, server: EmbeddingsServer, mode: str
 ) -> None:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 
 from mnemos.domain.ports import Embedder, VectorStore
-from mnemos.domain.recall import embed_pending
+from mnemos.domain.recall import adopt_former_vectors, embed_pending
 
 log = logging.getLogger("mnemos")
 
@@ -32,6 +32,12 @@ is held for it) and ~10 ms of model time, so a store waiting behind the worker w
 this machine's ~100-400 texts/s a queue still drains far faster than clients store."""
 NICENESS = 10
 SWEEP_CHUNKS = 8
+ADOPT_SECONDS = 60.0
+"""How often an idle worker adopts the vectors a process of a release before migration 0026
+saved under the endpoint's bare model name (`adopt_former_vectors`; a rolling upgrade's old
+processes save them until they are restarted): such a memory is found by meaning within this
+time. The look reads the model column of every vector (no index holds it: one would cost each
+save for a check that finds something only during an upgrade)."""
 QUIET_SECONDS = 0.002
 """How long no request must have been in flight before the worker starts a step: a client that
 sends its next request right after an answer (the gap is ~1 ms) finds the worker still waiting,
@@ -114,6 +120,7 @@ class Indexer:
         requests: InFlight | None = None,
         give_way_seconds: float = GIVE_WAY_SECONDS,
         give_way_share: float = GIVE_WAY_SHARE,
+        adopt_seconds: float = ADOPT_SECONDS,
     ):
         """`embedder`, or a function that builds it: then it is built in the worker's thread,
         so a server answers before its worker's model is loaded. With `requests` (a server's),
@@ -136,6 +143,8 @@ class Indexer:
             None  # where the sweep of deleted vectors is
         )
         self._next_sweep = 0.0  # time.monotonic() of the next sweep
+        self._adopt_seconds = adopt_seconds
+        self._next_adoption = 0.0  # ... of the next `adopt_former_vectors`: at once
 
     def start(self) -> None:
         self.store.on_queued(self._wake.set)
@@ -160,6 +169,7 @@ class Indexer:
         if embedder is None:
             return
         while not self._stop.is_set():
+            self._adopt(embedder)
             try:
                 done = embed_pending(self.store, embedder, self.batch, self._give_way)
             except Exception:  # keep the worker alive; the batch's claim expires and is retried
@@ -177,6 +187,18 @@ class Indexer:
                     self._sweep()
                 self._wake.wait(IDLE_SECONDS)
                 self._wake.clear()  # before the next look at the queue: no wake-up is lost
+
+    def _adopt(self, embedder: Embedder) -> None:
+        """At the worker's start, then every `adopt_seconds`: a rolling upgrade's old processes
+        may save under the former name until the last of them stops, after this one started."""
+        now = time.monotonic()
+        if now < self._next_adoption:
+            return
+        self._next_adoption = now + self._adopt_seconds
+        try:
+            adopt_former_vectors(self.store, embedder)
+        except Exception:
+            log.exception("adopting the vectors saved under the model's former name failed")
 
     def _wait_for_quiet(self) -> None:
         """Before a step: give way to requests in flight, for at most the bound, and at most
@@ -203,7 +225,9 @@ def drain(
     progress: Callable[[int], object] | None = None,
 ) -> int:
     """Embed until the queue is empty, waiting out other workers' claims; how many this call
-    embedded (`progress` is told each batch's count)."""
+    embedded (`progress` is told each batch's count). The vectors saved under the embedder's
+    former name are adopted first (`adopt_former_vectors`)."""
+    adopt_former_vectors(store, embedder)
     embedded = 0
     while True:
         done = embed_pending(store, embedder, batch)
