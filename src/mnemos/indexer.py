@@ -33,11 +33,14 @@ this machine's ~100-400 texts/s a queue still drains far faster than clients sto
 NICENESS = 10
 SWEEP_CHUNKS = 8
 ADOPT_SECONDS = 60.0
-"""How often an idle worker adopts the vectors a process of a release before migration 0026
-saved under the endpoint's bare model name (`adopt_former_vectors`; a rolling upgrade's old
-processes save them until they are restarted): such a memory is found by meaning within this
-time. The look reads the model column of every vector (no index holds it: one would cost each
-save for a check that finds something only during an upgrade)."""
+"""How often a worker adopts the vectors a process of a release before migration 0026 saved
+under the endpoint's bare model name (`adopt_former_vectors`; a rolling upgrade's old processes
+save them until they are restarted), during its first `ADOPT_WINDOW` (an upgrade is under way
+when a process starts); then once every `ADOPT_WINDOW`, for an old process left running. A
+look reads the model of every vector (no index holds it: one would cost each save for a check
+that finds something only during an upgrade): 75-90 ms at 1,000,000 vectors cached, 500 MB
+read from disk when not (docs/decisions.md, "review23's findings fixed")."""
+ADOPT_WINDOW = 3600.0
 QUIET_SECONDS = 0.002
 """How long no request must have been in flight before the worker starts a step: a client that
 sends its next request right after an answer (the gap is ~1 ms) finds the worker still waiting,
@@ -121,6 +124,7 @@ class Indexer:
         give_way_seconds: float = GIVE_WAY_SECONDS,
         give_way_share: float = GIVE_WAY_SHARE,
         adopt_seconds: float = ADOPT_SECONDS,
+        adopt_window: float = ADOPT_WINDOW,
     ):
         """`embedder`, or a function that builds it: then it is built in the worker's thread,
         so a server answers before its worker's model is loaded. With `requests` (a server's),
@@ -144,7 +148,9 @@ class Indexer:
         )
         self._next_sweep = 0.0  # time.monotonic() of the next sweep
         self._adopt_seconds = adopt_seconds
+        self._adopt_window = adopt_window
         self._next_adoption = 0.0  # ... of the next `adopt_former_vectors`: at once
+        self._adopt_until = 0.0  # ... when looks go from every `adopt_seconds` to every window
 
     def start(self) -> None:
         self.store.on_queued(self._wake.set)
@@ -189,12 +195,16 @@ class Indexer:
                 self._wake.clear()  # before the next look at the queue: no wake-up is lost
 
     def _adopt(self, embedder: Embedder) -> None:
-        """At the worker's start, then every `adopt_seconds`: a rolling upgrade's old processes
-        may save under the former name until the last of them stops, after this one started."""
+        """At the worker's start, then every `adopt_seconds` for `adopt_window`, then every
+        window: a rolling upgrade's old processes may save under the former name until the last
+        of them stops, after this one started."""
         now = time.monotonic()
         if now < self._next_adoption:
             return
-        self._next_adoption = now + self._adopt_seconds
+        if not self._adopt_until:
+            self._adopt_until = now + self._adopt_window
+        later = self._adopt_seconds if now < self._adopt_until else self._adopt_window
+        self._next_adoption = now + later
         try:
             adopt_former_vectors(self.store, embedder)
         except Exception:
