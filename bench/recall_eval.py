@@ -1,6 +1,7 @@
 """Retrieval quality: does a question in other words find the memory that answers it?
 
     python -m bench.recall_eval [--url URL --api-key KEY] [--mem0-python PY] [--out DIR]
+                                [--floors 0.2,0.3,0.4]
 
 The set (`bench/recall/`): 210 memories, each with a question that paraphrases it without its key
 words (names of people aside), across 21 domains, plus 210 distractor memories on the same topics
@@ -15,6 +16,10 @@ Modes:
   in numpy over the same memories (`semantic-direct`, always reported);
 - `mem0` (with `--mem0-python`): Mem0 in its own venv, given the same memories with the same
   embedding model, served to its OpenAI embedder by `bench.embeddings_server`.
+
+With `--floors`, the server's semantic and hybrid searches are asked again with each similarity
+floor (`min_score`), and so are 60 questions about nothing stored (`bench/recall/unrelated.jsonl`:
+general knowledge): recall@5 of the set, and how many unrelated questions get an empty answer.
 
 Without `--url`, a fresh SQLite server is started (`mnemos serve`, loopback, free port).
 Results: `bench/results/2026-12-01/recall/recall.json`, and a Markdown table on stdout.
@@ -188,14 +193,19 @@ def store_all(http: httpx.Client, memories: list[str]) -> None:
             raise RuntimeError(f"store refused: {response.status_code} {response.text}")
 
 
-def api_search(http: httpx.Client, mode: str) -> tuple[Callable[[str], list[str]] | None, str]:
-    """The server's search API in `mode`, or None and why when the server cannot search so."""
-    probe = http.get(f"{AGENT}/search", params={"query": "probe", "mode": mode, "limit": K})
+def api_search(
+    http: httpx.Client, mode: str, min_score: float | None = None
+) -> tuple[Callable[[str], list[str]] | None, str]:
+    """The server's search API in `mode` (with a similarity floor, if given), or None and why
+    when the server cannot search so."""
+    floor = {} if min_score is None else {"min_score": min_score}
+    params = {"mode": mode, "limit": K, **floor}
+    probe = http.get(f"{AGENT}/search", params={"query": "probe", **params})
     if probe.status_code != 200:
         return None, f"search API unavailable (HTTP {probe.status_code})"
 
     def search(question: str) -> list[str]:
-        response = http.get(f"{AGENT}/search", params={"query": question, "mode": mode, "limit": K})
+        response = http.get(f"{AGENT}/search", params={"query": question, **params})
         if response.status_code == 422:  # keyword: too many words or too expensive: nothing found
             return []
         response.raise_for_status()
@@ -220,6 +230,46 @@ def wait_indexed(http: httpx.Client, memories: list[str], seconds: float = 900) 
                 raise RuntimeError(f"not searchable by meaning after {seconds} s: {content!r}")
             time.sleep(0.5)
     return round(time.monotonic() - began, 1)
+
+
+def load_unrelated() -> list[str]:
+    """Questions about nothing the set stores (`--floors`)."""
+    lines = (SET / "unrelated.jsonl").read_text().splitlines()
+    return [json.loads(line)["question"] for line in lines]
+
+
+def floors(http: httpx.Client, pairs: list[dict[str, str]], wanted: list[float]) -> dict[str, Any]:
+    """For each mode by meaning and floor (None: none): recall@5, and how many unrelated
+    questions are answered with nothing."""
+    unrelated = load_unrelated()
+    found: dict[str, Any] = {}
+    for mode in ("semantic", "hybrid"):
+        for floor in (None, *wanted):
+            search, _ = api_search(http, mode, floor)
+            if search is None:
+                continue
+            scored = score(pairs, search)
+            empty = sum(not search(question) for question in unrelated)
+            found[f"{mode} min_score={floor}"] = {
+                f"recall@{K}": scored[f"recall@{K}"],
+                "unrelated_empty": empty,
+                "unrelated": len(unrelated),
+                "p50_ms": scored["p50_ms"],
+            }
+    return found
+
+
+def floors_markdown(found: dict[str, Any]) -> str:
+    lines = [
+        "\n",
+        f"| mode, floor | recall@{K} | unrelated questions answered empty |",
+        "|---|---|---|",
+    ]
+    for name, row in found.items():
+        lines.append(
+            f"| {name} | {row[f'recall@{K}']:.3f} | {row['unrelated_empty']} of {row['unrelated']} |"
+        )
+    return "\n".join(lines)
 
 
 def list_keyword(http: httpx.Client) -> Callable[[str], list[str]]:
@@ -310,7 +360,10 @@ def main() -> None:
     parser.add_argument("--mem0-python", help="python of a venv with mem0ai and qdrant-client")
     parser.add_argument("--no-server", action="store_true", help="only the direct semantic path")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--floors", help="similarity floors to measure, comma-separated")
     args = parser.parse_args()
+    wanted = [float(x) for x in args.floors.split(",")] if args.floors else []
+    floored: dict[str, Any] = {}
 
     pairs, distractors = load_pairs()
     memories = [p["memory"] for p in pairs] + distractors
@@ -337,6 +390,8 @@ def main() -> None:
                         modes[mode] = {"how": how}
                         continue
                     modes[mode] = {"how": how, **score(pairs, search)}
+                if wanted:
+                    floored = floors(http, pairs, wanted)
 
     if args.mem0_python:
         modes["mem0"] = {
@@ -352,10 +407,11 @@ def main() -> None:
         "share_sharing_a_word": round(sharing / len(pairs), 3),
         "seconds_until_all_searchable_by_meaning": waited,
         "modes": modes,
+        **({"floors": floored} if floored else {}),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "recall.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(markdown(report))
+    print(markdown(report) + (floors_markdown(floored) if floored else ""))
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def test_doctor_finds_a_healthy_database_healthy(
     client.post("/api/v1/agent/memories", json=memory_body(), headers=agent.headers)
     code, findings = doctor(database_url)
     assert code == 0, findings
-    assert [f["level"] for f in findings.values()] == ["ok"] * 5
+    assert [f["level"] for f in findings.values()] == ["ok"] * 6
     assert "1 memories" in findings["search_index"]["detail"]
     assert findings["migrations"]["detail"].startswith("at head")
 

@@ -11,7 +11,11 @@
   Mnemos process handled the request. So every Mnemos host must keep good time: the check
   compares this host's clock with the database server's (`clock_timestamp()`, half the round
   trip allowed for), the one clock all hosts of a PostgreSQL deployment share. SQLite runs on
-  this host's clock alone: nothing to compare.
+  this host's clock alone: nothing to compare;
+- vectors: the models of the stored vectors against this server's embedder's (`MNEMOS_EMBEDDER`,
+  built as `serve` builds it): a database reindexed under another embedder answers searches by
+  meaning with nothing, and only `mnemos reindex --switch-model` (or serving with the other
+  embedder) mends it.
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, make_url
 
 from mnemos.config import Settings, load_settings
+from mnemos.domain.recall import models_apart
 from mnemos.domain.tuya_auth import MAX_SKEW_MS
-from mnemos.errors import ValidationFailed
+from mnemos.embedding import embedder_from_settings
+from mnemos.errors import MnemosError, ValidationFailed
 from mnemos.storage import alembic_config, backend, known_revision, schema_newer
 from mnemos.storage.sql_base import EVERY_TENANT
 
@@ -65,6 +71,7 @@ def examine(**overrides: Any) -> list[Finding]:
             findings.append(Finding("database", "ok", f"reachable ({_redacted(url)})"))
             for check in CHECKS:
                 findings.append(_guarded(check, conn))
+            findings.append(_guarded(lambda conn: _vectors(conn, settings), conn, "vectors"))
     except sa.exc.SQLAlchemyError as exc:
         reason = str(exc.orig if hasattr(exc, "orig") else exc).strip()[:200]
         findings.append(Finding("database", "problem", f"unreachable: {reason}"))
@@ -89,13 +96,15 @@ def _configuration(settings: Settings) -> Finding:
     return Finding("configuration", level, ", ".join(notes))
 
 
-def _guarded(check: Callable[[Connection], Finding], conn: Connection) -> Finding:
+def _guarded(
+    check: Callable[[Connection], Finding], conn: Connection, name: str | None = None
+) -> Finding:
     try:
         return check(conn)
     except sa.exc.SQLAlchemyError as exc:
         if conn.in_transaction():
             conn.rollback()
-        name = check.__name__.strip("_")
+        name = name or check.__name__.strip("_")
         return Finding(name, "problem", str(getattr(exc, "orig", exc)).strip()[:200])
 
 
@@ -148,6 +157,24 @@ def _clock(conn: Connection) -> Finding:
     if abs(skew) > CLOCK_TOLERANCE_S:
         return Finding("clock", "problem", f"{detail} (Tuya allows {MAX_SKEW_MS // 1000} s)")
     return Finding("clock", "ok", detail)
+
+
+def _vectors(conn: Connection, settings: Settings) -> Finding:
+    try:
+        embedder = embedder_from_settings(settings)
+    except MnemosError as exc:  # an endpoint that does not answer, local weights missing
+        return Finding("vectors", "problem", f"the embedder cannot be built: {exc.message}")
+    every = f"SELECT {EVERY_TENANT} DISTINCT model FROM memory_vectors ORDER BY model"
+    held = list(conn.execute(sa.text(every)).scalars())
+    conn.rollback()
+    if embedder is None:
+        stored = f" (vectors of {', '.join(held)} stored)" if held else ""
+        return Finding("vectors", "ok", f"no embedder: search by words only{stored}")
+    note = models_apart(held, embedder.model)
+    if note is None:
+        return Finding("vectors", "ok", f"{embedder.model}" + ("" if held else ", none yet"))
+    # Some memories are still found by meaning (`warn`), or none are (`problem`).
+    return Finding("vectors", "warn" if embedder.model in held else "problem", note)
 
 
 CHECKS = (_migrations, _search_index, _clock)

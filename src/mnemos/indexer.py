@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 
 from mnemos.domain.ports import Embedder, VectorStore
-from mnemos.domain.recall import adopt_former_vectors, embed_pending
+from mnemos.domain.recall import adopt_former_vectors, embed_pending, models_apart
 
 log = logging.getLogger("mnemos")
 
@@ -174,6 +174,8 @@ class Indexer:
         embedder = self._embedder() if callable(self._embedder) else self._embedder
         if embedder is None:
             return
+        self._adopt(embedder)  # first: a rolling upgrade's bare names are not another model
+        self._warn_of_other_models(embedder.model)
         while not self._stop.is_set():
             self._adopt(embedder)
             try:
@@ -209,6 +211,21 @@ class Indexer:
             adopt_former_vectors(self.store, embedder)
         except Exception:
             log.exception("adopting the vectors saved under the model's former name failed")
+
+    def _warn_of_other_models(self, model: str) -> None:
+        """Once, as the server starts: a database reindexed under another embedder than this
+        server's answers searches by meaning with nothing (each such search says so in its
+        `meta`). Nothing is queued for this model here: which model is right is the
+        operator's choice, and re-embedding every memory is theirs to start (`mnemos reindex
+        --switch-model`; docs/decisions.md, "Storage and lock-order leftovers"). Read in this
+        thread: the server answers meanwhile."""
+        try:
+            note = models_apart(self.store.vector_models(), model)
+        except Exception:
+            log.exception("reading the models of the stored vectors failed")
+            return
+        if note is not None:
+            log.warning("recall by meaning: %s", note)
 
     def _wait_for_quiet(self) -> None:
         """Before a step: give way to requests in flight, for at most the bound, and at most

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from functools import partial
+
+from anyio import CapacityLimiter
 from fastapi import APIRouter, Depends, Header, Query
 
 from mnemos.api.deps import Services, agent_caller, services
-from mnemos.api.params import ListQuery, SearchRequest, list_query, search_request
+from mnemos.api.params import (
+    ListQuery,
+    SearchRequest,
+    list_query,
+    ranked,
+    remote_embed_threads,
+    search_request,
+)
 from mnemos.api.responses import JSONResponse, data, errors, memory_page, search_answer
 from mnemos.api.routing import MnemosRoute
 from mnemos.api.schemas import (
@@ -52,23 +62,26 @@ def store_memory(
     responses=errors(401, 403, 422),
     summary="List memories",
 )
-def list_memories(
+async def list_memories(
     ctx: AgentContext = Depends(agent_caller),
     query: ListQuery = Depends(list_query),
     memory_scope: Whose = Query("me", description="Whose memories"),
     scope: ScopeFilter | None = Query(None),
     subject_id: str | None = Query(None),
     svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(remote_embed_threads),
 ) -> JSONResponse:
     """Lists memories accessible to the agent (`memory_scope` whose, `scope` which)."""
-    params = AgentListParams(
-        memory_scope=memory_scope,
-        scope=scope,
-        subject_id=parse_uuid(subject_id, "subject_id") if subject_id is not None else None,
+    params = _list_params(memory_scope, scope, subject_id)
+    memories = svc.memories
+    page = await ranked(
+        svc,
+        threads,
+        memories.ranked_list_text(query.filters, query.page),
+        partial(memories.checked_query, ctx, params, query.filters),
+        partial(memories.list_as_agent, ctx, params, query.filters, query.page),
     )
-    return memory_page(
-        svc.memories.list_as_agent(ctx, params, query.filters, query.page, query.probe)
-    )
+    return memory_page(page)
 
 
 @router.get(
@@ -77,24 +90,41 @@ def list_memories(
     responses=errors(401, 403, 422),
     summary="Search memories by keyword and meaning",
 )
-def search_memories(
+async def search_memories(
     ctx: AgentContext = Depends(agent_caller),
     search: SearchRequest = Depends(search_request),
     memory_scope: Whose = Query("me", description="Whose memories"),
     scope: ScopeFilter | None = Query(None),
     subject_id: str | None = Query(None),
     svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(remote_embed_threads),
 ) -> JSONResponse:
     """The memories of the list with the same `memory_scope`, `scope` and filters, best first
     for `query`: `hybrid` fuses keyword and meaning, `semantic` ranks by meaning only (422
     `semantic_search_disabled` when the server has no embedder), `keyword` by words only.
     A Mnemos extension: Band has no search route."""
-    params = AgentListParams(
+    params = _list_params(memory_scope, scope, subject_id)
+    memories = svc.memories
+    found = await ranked(
+        svc,
+        threads,
+        search.text_embedded_first(svc),
+        partial(memories.checked_query, ctx, params, search.filters),
+        partial(
+            memories.recall_as_agent, ctx, params, *search.arguments, min_score=search.min_score
+        ),
+    )
+    return search_answer(found)
+
+
+def _list_params(
+    memory_scope: Whose, scope: ScopeFilter | None, subject_id: str | None
+) -> AgentListParams:
+    return AgentListParams(
         memory_scope=memory_scope,
         scope=scope,
         subject_id=parse_uuid(subject_id, "subject_id") if subject_id is not None else None,
     )
-    return search_answer(svc.memories.recall_as_agent(ctx, params, *search.arguments))
 
 
 @router.get(

@@ -10,7 +10,14 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, Query, Response
 
 from mnemos.api.deps import Services, services, user_caller
-from mnemos.api.params import ListQuery, SearchRequest, list_query, search_request
+from mnemos.api.params import (
+    ListQuery,
+    SearchRequest,
+    list_query,
+    ranked,
+    remote_embed_threads,
+    search_request,
+)
 from mnemos.api.responses import JSONResponse, data, errors, memory_page, search_answer
 from mnemos.api.rights import rights_threads
 from mnemos.api.routing import MnemosRoute
@@ -70,14 +77,21 @@ def _displayed(
     responses=errors(401, 403, 422),
     summary="List memories for current user",
 )
-def list_memories(
+async def list_memories(
     ctx: UserContext = Depends(user_caller),
     params: HumanListParams = Depends(human_list_params),
     query: ListQuery = Depends(list_query),
     svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(remote_embed_threads),
 ) -> JSONResponse:
     """Memories about you, of your organization, in your rooms, and private to your agents."""
-    result, shown = svc.human.page_with_display(ctx, params, query.filters, query.page, query.probe)
+    result, shown = await ranked(
+        svc,
+        threads,
+        svc.memories.ranked_list_text(query.filters, query.page),
+        partial(svc.human.check, ctx, params, query.filters),
+        partial(svc.human.page_with_display, ctx, params, query.filters, query.page),
+    )
     return memory_page(result, _displayed(result.items, shown))
 
 
@@ -87,15 +101,22 @@ def list_memories(
     responses=errors(401, 403, 422),
     summary="Search memories for current user by keyword and meaning",
 )
-def search_memories(
+async def search_memories(
     ctx: UserContext = Depends(user_caller),
     params: HumanListParams = Depends(human_list_params),
     search: SearchRequest = Depends(search_request),
     svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(remote_embed_threads),
 ) -> JSONResponse:
     """The memories of your list with the same `scope` and filters, best first for `query`
     (modes as the agent search). A Mnemos extension: Band has no search route."""
-    found, shown = svc.human.recall(ctx, params, *search.arguments)
+    found, shown = await ranked(
+        svc,
+        threads,
+        search.text_embedded_first(svc),
+        partial(svc.human.check, ctx, params, search.filters),
+        partial(svc.human.recall, ctx, params, *search.arguments, min_score=search.min_score),
+    )
     return search_answer(found, _displayed([r.memory for r in found.items], shown))
 
 

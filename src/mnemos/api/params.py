@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
 from anyio import CapacityLimiter, to_thread
 from fastapi import Depends, Query, Request
@@ -12,7 +14,7 @@ from mnemos.domain.models import MemoryType, Segment, System, parse_enum
 from mnemos.domain.pagination import PageRequest, parse_page
 from mnemos.domain.probes import Probe
 from mnemos.domain.queries import Filters, status_filter
-from mnemos.domain.recall import MAX_LIMIT, SearchMode
+from mnemos.domain.recall import MAX_LIMIT, SearchMode, check_floor
 from mnemos.domain.search import parse_search
 
 
@@ -75,8 +77,6 @@ class ListQuery:
 
     page: PageRequest
     filters: Filters
-    probe: Probe | None = None
-    """A ranked list's query embedded first (`MemoryService.ranked_list_text`)."""
 
 
 async def list_query(
@@ -90,22 +90,15 @@ async def list_query(
     status: str | None = Query(None, description="active, superseded, archived or all"),
     content_query: str | None = Query(None, description="Full-text search"),
     svc: Services = Depends(services),
-    threads: CapacityLimiter = Depends(remote_embed_threads),
 ) -> ListQuery:
     """The query parameters every memory list shares (declare it after the caller's auth).
 
-    Async because it only parses (a sync dependency would cost a thread-pool hop per request),
-    and a list ranked by an embeddings endpoint has its query embedded here (`search_request`).
-    """
-    found = ListQuery(
+    Async because it only parses (a sync dependency would cost a thread-pool hop per request).
+    A list ranked by an embeddings endpoint has its query embedded by its route (`ranked`)."""
+    return ListQuery(
         page=page_request(svc, cursor, limit, page, page_size),
         filters=list_filters(svc, system, type, segment, status, content_query),
     )
-    text = svc.memories.ranked_list_text(found.filters)
-    if text is None:
-        return found
-    probe = await to_thread.run_sync(svc.memories.recall.embedded_first, text, limiter=threads)
-    return replace(found, probe=probe)
 
 
 @dataclass(frozen=True)
@@ -117,13 +110,19 @@ class SearchRequest:
     limit: int
     filters: Filters
     cursor: str | None
-    probe: Probe | None = None
-    """The query's embedding, done before the search by an embedder on another machine."""
+    min_score: float | None = None
 
     @property
-    def arguments(self) -> tuple[Filters, str, SearchMode, int, str | None, Probe | None]:
-        """What both searches of the domain take after the caller and the list's scopes."""
-        return self.filters, self.text, self.mode, self.limit, self.cursor, self.probe
+    def arguments(self) -> tuple[Filters, str, SearchMode, int, str | None]:
+        """What both searches of the domain take after the caller and the list's scopes (and
+        before the probe, `ranked`)."""
+        return self.filters, self.text, self.mode, self.limit, self.cursor
+
+    def text_embedded_first(self, svc: Services) -> str | None:
+        """The text to embed before the search runs (`ranked`): an authenticated first page by
+        meaning with an embedder on another machine; else None."""
+        recall = svc.memories.recall
+        return self.text if recall.embeds_elsewhere(self.mode, self.cursor) else None
 
 
 async def search_request(
@@ -140,22 +139,50 @@ async def search_request(
         None,
         max_length=512,
         description="`meta.next_cursor` of the previous page of this same search (the same "
-        "query, mode and filters; another search's cursor is 422 `invalid_pagination`)",
+        "query, mode, floor and filters; another search's cursor is 422 `invalid_pagination`)",
+    ),
+    min_score: float | None = Query(
+        None,
+        ge=0,
+        le=1,
+        description="Similarity floor, 0-1: leave out memories whose meaning is less similar "
+        "to the query (cosine); hybrid floors its meaning leg (a memory found by its words "
+        "still counts); not with mode=keyword (422). Default: none (docs/search.md has a "
+        "recommended value for the bundled model)",
     ),
     svc: Services = Depends(services),
-    threads: CapacityLimiter = Depends(remote_embed_threads),
 ) -> SearchRequest:
-    """The query parameters both search routes share (declare it after the caller's auth:
-    with an embeddings endpoint, the query is embedded here, for authenticated callers only)."""
-    recall = svc.memories.recall
-    search = SearchRequest(
-        text=recall.check_text(query),
+    """The query parameters both search routes share (declare it after the caller's auth)."""
+    return SearchRequest(
+        text=svc.memories.recall.check_text(query),
         mode=mode,
         limit=limit,
         filters=list_filters(svc, system, type, segment, status, None),
         cursor=cursor,
+        min_score=check_floor(min_score, mode),
     )
-    if not recall.embeds_elsewhere(mode, cursor):
-        return search
-    probe = await to_thread.run_sync(recall.embedded_first, search.text, limiter=threads)
-    return replace(search, probe=probe)
+
+
+T = TypeVar("T")
+
+
+async def ranked(
+    svc: Services,
+    threads: CapacityLimiter,
+    text: str | None,
+    check: Callable[[], object],
+    run: Callable[[Probe | None], T],
+) -> T:
+    """`run` on a request thread. When `text` is not None (a search or a ranked list whose
+    query an embedder on another machine embeds first), `check` runs first, on the event loop
+    (the domain's refusals of the caller and the parameters, reading nothing), then `text` is
+    embedded on a thread of `threads` and handed to `run` as its probe: a refused request costs
+    no call to the endpoint, and the wait for it holds neither a request thread nor a database
+    connection (docs/decisions.md, "A search waits for an embeddings endpoint before it holds
+    anything", "Search and recall leftovers")."""
+    probe = None
+    if text is not None:
+        check()
+        embed = svc.memories.recall.embedded_first
+        probe = await to_thread.run_sync(embed, text, limiter=threads)
+    return await to_thread.run_sync(run, probe)

@@ -355,11 +355,24 @@ def deleted_agent_json(agent: Agent) -> dict[str, Any]:
 
 class SearchMeta(BaseModel):
     mode: str = Field(
-        description="The mode that ranked the answer (`keyword` when hybrid fell back)"
+        description="The mode that ranked the answer (`keyword` or `semantic` when hybrid "
+        "answered with one leg)"
     )
     limit: int
+    min_score: float | None = Field(
+        None, description="The similarity floor asked for (absent: none)", ge=0, le=1
+    )
     requested_mode: str | None = Field(None, description="Set when the mode asked for was not used")
-    fallback: str | None = Field(None, description="Why the requested mode was not used")
+    fallback: str | None = Field(
+        None,
+        description="Why the requested mode was not used: the failing leg's error code "
+        "(`embedder_unavailable`, `search_too_expensive`, `other_model_indexed`) or `no embedder`",
+    )
+    note: str | None = Field(
+        None,
+        description="Why a semantic search found nothing (`other_model_indexed`: the memories "
+        "hold vectors of another embedder's model only)",
+    )
     has_more: bool
     next_cursor: str | None = Field(
         description="Pass as `cursor` with the same search for the next page (null: no more)"

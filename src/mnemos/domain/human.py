@@ -41,6 +41,17 @@ class HumanListParams:
     source_agent_id: uuid.UUID | None = None
 
 
+def _within(
+    ctx: UserContext, params: HumanListParams, filters: Filters, order: Order, reach: Reach
+) -> MemoryQuery:
+    return filters.within(
+        human_audiences(ctx, params.scope, reach),
+        order,
+        chat_room_id=params.chat_room_id,
+        source_agent_id=params.source_agent_id,
+    )
+
+
 class HumanStore(MemoryStore, RoomStore, AccountStore, Protocol):
     """Memories, and the rooms and agents a person reaches (for lists and display fields)."""
 
@@ -60,13 +71,17 @@ class HumanMemoryService:
         order: Order = Order.NEWEST,
     ) -> MemoryQuery:
         """What the person's list of `params` and `filters` runs (after the plan check)."""
+        self.check(ctx, params, filters)
+        return _within(ctx, params, filters, order, self.reach(ctx))
+
+    @staticmethod
+    def check(ctx: UserContext, params: HumanListParams, filters: Filters) -> None:
+        """Refuses what the person's list or search of `params` and `filters` refuses, reading
+        nothing (their rooms and agents only change how the query is written): a route calls it
+        before it has a query embedded, so a refused caller costs no call to an embeddings
+        endpoint."""
         require_memory_plan(ctx.user, ctx.organization)
-        return filters.within(
-            human_audiences(ctx, params.scope, self.reach(ctx)),
-            order,
-            chat_room_id=params.chat_room_id,
-            source_agent_id=params.source_agent_id,
-        )
+        _within(ctx, params, filters, Order.NEWEST, Reach())
 
     def list_page(
         self,
@@ -95,16 +110,20 @@ class HumanMemoryService:
         limit: int,
         cursor: str | None = None,
         probe: Probe | None = None,
+        *,
+        min_score: float | None = None,
     ) -> tuple[Recalled, dict[uuid.UUID, dict[str, Any]]]:
         """`GET /api/v1/me/memories/search`: the list of `params` and `filters`, the best `limit`
         for `text` by `mode` after `cursor` (the previous page's `next_cursor` of the same
         search), with display fields read from the same state of the data; `probe`: the query
-        embedded first, if it was."""
+        embedded first, if it was; `min_score`: the similarity floor (`recall.check_floor`)."""
         query = self.query(ctx, params, filters)
         recall = self.memories.recall
         with self.store.snapshot():
             caller = f"user:{ctx.user.id}"
-            found = recall.search(query, text, mode, limit, cursor, caller=caller, probe=probe)
+            found = recall.search(
+                query, text, mode, limit, cursor, caller=caller, probe=probe, min_score=min_score
+            )
             return found, self.display_fields(ctx, [r.memory for r in found.items])
 
     def page_with_display(

@@ -41,6 +41,7 @@ from mnemos.domain.probes import Probe
 from mnemos.domain.queries import Filters, MemoryQuery
 from mnemos.domain.recall import Recall, Recalled, SearchMode, query_words
 from mnemos.domain.rooms import not_in_room
+from mnemos.domain.search import SearchQuery
 from mnemos.domain.tenants import agent_reach, agent_tenant
 from mnemos.domain.values import check_metadata, check_text
 from mnemos.domain.visibility import (
@@ -160,7 +161,7 @@ class MemoryService:
     ) -> MemoryPage:
         """Run a query for one page of either pagination family (`probe`: a ranked list's
         query embedded first, `ranked_list_text`)."""
-        if self.rank_content_query and query.search is not None:
+        if self._ranks(query.search, request):
             return self._relevance_page(query, request, probe)
         if isinstance(request, OffsetPage):
             with self.store.snapshot():  # the total counts the same state the page shows
@@ -180,10 +181,19 @@ class MemoryService:
             next_cursor = self.codec.encode(Position(last.inserted_at, last.id))
         return MemoryPage(items, cursor_meta(request, next_cursor), deprecated=False)
 
-    def ranked_list_text(self, filters: Filters) -> str | None:
-        """The words a list with these filters ranks by meaning when its query is to be embedded
-        before it runs (`Recall.embedded_first`: an embedder on another machine); else None."""
-        ranked = self.rank_content_query and filters.search is not None
+    def _ranks(self, search: SearchQuery | None, request: PageRequest) -> bool:
+        """Whether a list ranks by relevance: a `content_query` under
+        MNEMOS_CONTENT_QUERY_MODE=hybrid, except a keyset page after a cursor. A ranked list
+        issues no cursor, so a cursor is the `filter` mode's (a client that paged before the
+        switch): it continues the newest-first list it came from, to its end."""
+        continued = isinstance(request, CursorPage) and request.after is not None
+        return self.rank_content_query and search is not None and not continued
+
+    def ranked_list_text(self, filters: Filters, request: PageRequest) -> str | None:
+        """The words a list with these filters and page ranks by meaning when its query is to
+        be embedded before it runs (`Recall.embedded_first`: an embedder on another machine);
+        else None."""
+        ranked = self._ranks(filters.search, request)
         if not ranked or not self.recall.embeds_elsewhere(SearchMode.HYBRID, None):
             return None
         assert filters.search is not None
@@ -193,8 +203,8 @@ class MemoryService:
         self, query: MemoryQuery, request: PageRequest, probe: Probe | None
     ) -> MemoryPage:
         """A `content_query` list ranked by hybrid search (MNEMOS_CONTENT_QUERY_MODE=hybrid): the
-        best `RANKED_LIST_CAP` matches at most, best first; a cursor page is the first page of
-        them (no next cursor), an offset page a slice of them."""
+        best `RANKED_LIST_CAP` matches at most, best first; a first cursor page is the first
+        page of them (no next cursor), an offset page a slice of them."""
         assert query.search is not None
         text = query_words(query.search)
         if isinstance(request, OffsetPage):
@@ -286,6 +296,16 @@ class MemoryService:
         )
         return filters.within(audiences, subject_id=subject_id)
 
+    @classmethod
+    def checked_query(
+        cls, ctx: AgentContext, params: AgentListParams, filters: Filters
+    ) -> MemoryQuery:
+        """What the agent's list or search of `params` and `filters` reads, after the plan
+        check. It reads nothing, so a route calls it before it has a query embedded: a caller
+        refused or a bad parameter costs no call to an embeddings endpoint."""
+        require_memory_plan(ctx.owner, ctx.organization)
+        return cls.agent_query(ctx, params, filters)
+
     def list_as_agent(
         self,
         ctx: AgentContext,
@@ -294,8 +314,7 @@ class MemoryService:
         request: PageRequest,
         probe: Probe | None = None,
     ) -> MemoryPage:
-        require_memory_plan(ctx.owner, ctx.organization)
-        return self.page(self.agent_query(ctx, params, filters), request, probe)
+        return self.page(self.checked_query(ctx, params, filters), request, probe)
 
     def recall_as_agent(
         self,
@@ -307,14 +326,18 @@ class MemoryService:
         limit: int,
         cursor: str | None = None,
         probe: Probe | None = None,
+        *,
+        min_score: float | None = None,
     ) -> Recalled:
         """`GET /api/v1/agent/memories/search`: the agent list of `params` and `filters`, the
         best `limit` for `text` by `mode` (docs/search.md), after `cursor` (the previous page's
-        `next_cursor` of the same search); `probe`: the query embedded first, if it was."""
-        require_memory_plan(ctx.owner, ctx.organization)
-        query = self.agent_query(ctx, params, filters)
+        `next_cursor` of the same search); `probe`: the query embedded first, if it was;
+        `min_score`: the similarity floor of a search by meaning (`recall.check_floor`)."""
+        query = self.checked_query(ctx, params, filters)
         caller = f"agent:{ctx.agent.id}"
-        return self.recall.search(query, text, mode, limit, cursor, caller=caller, probe=probe)
+        return self.recall.search(
+            query, text, mode, limit, cursor, caller=caller, probe=probe, min_score=min_score
+        )
 
     @staticmethod
     def agent_can_read(ctx: AgentContext, memory: Memory) -> bool:

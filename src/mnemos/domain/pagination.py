@@ -2,10 +2,12 @@
 
 A cursor is `base64url(json {"t": inserted_at, "i": id}) + "." + base64url(hmac)`: opaque to
 callers and tamper-evident, signed with a secret every server process shares (it lives in the
-database, so any process can continue a cursor another process issued). A ranked list's cursor
-holds `{"s": score, "i": id}` instead, and a search's cursor (`RecallPosition`) names the search
-it continues, its kept answer and an offset in it; no kind is accepted where another is
-expected.
+database, so any process can continue a cursor another process issued). A list ranked by
+relevance (`MNEMOS_CONTENT_QUERY_MODE=hybrid`) is one page and issues none: a keyset cursor
+given to it continues the newest-first list it came from (`MemoryService.page`). A search's
+cursor (`RecallPosition`) names the search it continues, its kept answer and an offset in it;
+a memory's history cursor, the memory and a place in its history; no kind is accepted where
+another is expected.
 """
 
 from __future__ import annotations

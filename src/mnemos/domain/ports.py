@@ -540,8 +540,10 @@ class VectorStore(Protocol):
         self, model: str, ids: Sequence[uuid.UUID], vectors: NDArray[np.float32]
     ) -> int:
         """Store one unit vector per memory (row `i` is `ids[i]`'s), made by `model`, replacing
-        any earlier one, and take the memories off the queue; memories deleted meanwhile are
-        skipped. How many were stored."""
+        one of another model, and take the memories off the queue; memories deleted meanwhile
+        are skipped, and so is a memory whose vector of `model` is stored already (a memory's
+        text never changes: a second save, concurrent or not, adds nothing). How many were
+        stored."""
 
     @abc.abstractmethod
     def nearest_memories(
@@ -589,6 +591,12 @@ class VectorStore(Protocol):
     @abc.abstractmethod
     def vector_models(self) -> list[str]:
         """The models whose vectors the database holds (in name order; empty: none yet)."""
+
+    @abc.abstractmethod
+    def other_model_vectors(self, query: MemoryQuery, model: str) -> str | None:
+        """A model other than `model` whose vectors the search layout holds for the memories
+        `query`'s audiences read (any one; None: none). Asked when a search by meaning found
+        nothing: whether the database was reindexed under another embedder."""
 
     @abc.abstractmethod
     def queue_for_model(self, model: str, batch: int) -> int:

@@ -12,8 +12,9 @@ it in the database). Modes:
   a memory's score is the sum over legs of `1 / (RRF_K + rank)`. The keyword leg may rank only
   the newest `HYBRID_POOL` matches of each audience (a common word matches a tenth of a million
   memories; the meaning leg ranks every memory), never fewer than its `HYBRID_DEPTH` when more
-  match (`Store.rank_memories`). Without an embedder, hybrid is keyword search and says so in
-  `meta`.
+  match (`Store.rank_memories`). Without an embedder (or with one failing), hybrid is keyword
+  search, refusals included, and says so in `meta`; a keyword leg the store refuses
+  (`search_too_expensive`) leaves the meaning leg to answer alone, saying so too.
 
 The first page computes the search's whole ordered answer by id (at most `MAX_DEPTH` memories,
 or `2 * HYBRID_DEPTH` for hybrid), reads the rows of the memories its page returns, and keeps
@@ -35,7 +36,7 @@ import hashlib
 import logging
 import secrets
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -54,7 +55,9 @@ from mnemos.errors import (
     EmbedderRefused,
     InvalidPagination,
     MnemosError,
+    SearchTooExpensive,
     SemanticSearchDisabled,
+    ValidationFailed,
     invalid_field,
 )
 
@@ -68,6 +71,10 @@ MAX_DEPTH = 200  # the most a keyword or semantic search answers (hybrid: 2 * HY
 KEPT_FOR = timedelta(minutes=30)  # how long a search's later pages can be read
 KEPT_PER_CALLER = 100  # answers kept per caller: a newer search drops its oldest kept answer
 EMBED_LEASE = timedelta(seconds=30)
+OTHER_MODEL = "other_model_indexed"
+"""What a search by meaning says (hybrid: its `fallback`; semantic: its `note`) when the memories
+it reads hold vectors of another model only: the database was reindexed under another embedder
+than this server's (`models_apart`)."""
 
 
 class SearchMode(StrEnum):
@@ -86,6 +93,16 @@ class Recalled:
 
     items: list[Ranked]
     meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """How a hybrid search answered when one leg could not: by `mode` alone, because of
+    `reason` (its answer's `meta.fallback`: the other leg's error code, or "no embedder"). For
+    a semantic search (`mode` the one asked), why it found nothing (`meta.note`)."""
+
+    mode: SearchMode
+    reason: str
 
 
 def query_words(search: SearchQuery) -> str:
@@ -151,6 +168,7 @@ class Recall:
         *,
         caller: str,
         probe: Probe | None = None,
+        min_score: float | None = None,
     ) -> Recalled:
         """The best `limit` (1 to `MAX_LIMIT`) memories of `query` for `text`, or the next
         `limit` of this same search's answer after `cursor` (its previous page's
@@ -158,20 +176,24 @@ class Recall:
         the keyword leg as given; else `text` is parsed. `caller` names who searches: each
         caller keeps at most `kept_per_caller` answers for later pages (its oldest cursor then
         says "expired"), so no caller can fill the database with them. `probe`: the query's
-        embedding when it was done first (`embedded_first`)."""
+        embedding when it was done first (`embedded_first`). `min_score`: the similarity floor
+        (`check_floor`), part of the search its cursor continues."""
         self.check_text(text)
-        if not 1 <= limit <= MAX_LIMIT:
-            raise InvalidPagination(
-                f"limit must be between 1 and {MAX_LIMIT}",
-                details={"limit": f"must be 1..{MAX_LIMIT}"},
-            )
-        key = search_key(query, text, mode)
+        check_limit(limit)
+        check_floor(min_score, mode)
+        key = search_key(query, text, mode, min_score)
         if cursor is not None:
-            return self._later_page(query, mode, self.codec.decode_recall(cursor, key), limit)
-        meta: dict[str, Any] = {"mode": mode.value, "limit": limit}
-        ordered, fallback = self.answer(query, text, mode, MAX_DEPTH, probe)
+            after = self.codec.decode_recall(cursor, key)
+            return self._later_page(query, mode, after, limit, min_score)
+        meta: dict[str, Any] = {"mode": mode.value, "limit": limit, **_floor_meta(min_score)}
+        ordered, fallback = self.answer(query, text, mode, MAX_DEPTH, probe, min_score)
         if fallback is not None:
-            meta.update(mode="keyword", requested_mode=mode.value, fallback=fallback)
+            if fallback.mode is mode:  # answered as asked, saying why it found nothing
+                meta["note"] = fallback.reason
+            else:
+                meta.update(
+                    mode=fallback.mode.value, requested_mode=mode.value, fallback=fallback.reason
+                )
         items, more = self._page(query, ordered, 0, limit)
         next_cursor = None
         if more is not None:
@@ -189,10 +211,13 @@ class Recall:
         mode: SearchMode,
         depth: int,
         embedded: Probe | None = None,
-    ) -> tuple[list[Scored], str | None]:
+        min_score: float | None = None,
+    ) -> tuple[list[Scored], Fallback | None]:
         """A search's whole ordered answer by id, best first (at most `depth` memories by
-        keyword or by meaning; hybrid fuses the best `HYBRID_DEPTH` of each leg), and why
-        hybrid fell back to keyword (None: it did not).
+        keyword or by meaning; hybrid fuses the best `HYBRID_DEPTH` of each leg), and how a
+        hybrid search answered when one of its legs could not (None: both did). By meaning,
+        only memories whose similarity is at least `min_score`, if given (hybrid: its meaning
+        leg; a memory found by its words still counts).
 
         The query's embedding runs beside the reads that do not need it (`Probes`): the
         owners' sign bits, and a hybrid's keyword leg (read first: the longer of the two);
@@ -202,23 +227,64 @@ class Recall:
         if self.probes is None:
             if mode is SearchMode.SEMANTIC:
                 raise SemanticSearchDisabled()
-            return self._by_words(query, text, False, depth), "no embedder"
+            return self._by_words_alone(query, text, depth, "no embedder")
         started = self.probes.ahead(text) if embedded is None else nullcontext(embedded)
         with started as probe:
+            if mode is SearchMode.SEMANTIC:
+                found, other_model = self._nearest(query, probe, depth, min_score)
+                return found, Fallback(mode, OTHER_MODEL) if other_model else None
+            return self._hybrid(query, text, probe, depth, min_score)
+
+    def _hybrid(
+        self, query: MemoryQuery, text: str, probe: Probe, depth: int, min_score: float | None
+    ) -> tuple[list[Scored], Fallback | None]:
+        """Both legs fused; one leg alone, saying so, when the other cannot answer: by words
+        when the embedder fails (as `mode=keyword` answers, its refusals included), by meaning
+        when the store refuses the words (`search_too_expensive`: its time budget)."""
+        try:
+            by_words = self._by_words(query, text, False, HYBRID_DEPTH, HYBRID_POOL)
+        except SearchTooExpensive as refused:
             try:
-                if mode is SearchMode.SEMANTIC:
-                    return self._nearest(query, probe, depth), None
-                by_words = self._by_words(query, text, False, HYBRID_DEPTH, HYBRID_POOL)
-                by_meaning = self._nearest(query, probe, HYBRID_DEPTH)
-            except MnemosError as exc:  # an embedding service that fails: keyword still answers
-                if mode is SearchMode.SEMANTIC or not probe.failed_with(exc):
-                    raise
-                log.warning("hybrid search fell back to keyword: %s", exc)
-                return self._by_words(query, text, False, depth), exc.code
+                by_meaning, other_model = self._nearest(query, probe, depth, min_score)
+            except MnemosError as failed:  # neither leg answers: as keyword alone would
+                if probe.failed_with(failed):
+                    raise refused from None
+                raise
+            if other_model:  # nor does the meaning leg, of another model's vectors
+                raise refused from None
+            log.info("hybrid search answered by meaning alone: %s", refused.message)
+            return by_meaning, Fallback(SearchMode.SEMANTIC, refused.code)
+        try:
+            by_meaning, other_model = self._nearest(query, probe, HYBRID_DEPTH, min_score)
+        except MnemosError as exc:  # an embedding service that fails: keyword still answers
+            if not probe.failed_with(exc):
+                raise
+            log.warning("hybrid search fell back to keyword: %s", exc)
+            return self._by_words_alone(query, text, depth, exc.code)
+        if other_model:
+            return self._by_words_alone(query, text, depth, OTHER_MODEL)
         return fuse([by_words, by_meaning], 2 * HYBRID_DEPTH), None
 
+    def _by_words_alone(
+        self, query: MemoryQuery, text: str, depth: int, reason: str
+    ) -> tuple[list[Scored], Fallback]:
+        """A hybrid search without its meaning leg (`reason`): answered as `mode=keyword`
+        answers, so a query full text cannot take (more than `MAX_TERMS` words, no letter) is
+        its 422, whose details name the fallback, rather than an empty answer."""
+        try:
+            found = self._by_words(query, text, True, depth)
+        except ValidationFailed as refused:
+            details = {**(refused.details or {}), "fallback": reason}
+            raise ValidationFailed(refused.message, details=details) from None
+        return found, Fallback(SearchMode.KEYWORD, reason)
+
     def _later_page(
-        self, query: MemoryQuery, mode: SearchMode, after: RecallPosition, limit: int
+        self,
+        query: MemoryQuery,
+        mode: SearchMode,
+        after: RecallPosition,
+        limit: int,
+        min_score: float | None,
     ) -> Recalled:
         """The next `limit` memories of the answer the first page kept, from `after.offset`."""
         kept = self.store.kept_search(after.kept)
@@ -226,7 +292,7 @@ class Recall:
             raise InvalidPagination(
                 "This search has expired: search again", details={"cursor": "expired"}
             )
-        meta: dict[str, Any] = {"mode": after.mode, "limit": limit}
+        meta: dict[str, Any] = {"mode": after.mode, "limit": limit, **_floor_meta(min_score)}
         if after.mode != mode.value:
             meta.update(requested_mode=mode.value, fallback="first page fell back")
         answer = [Scored(memory_id, score) for memory_id, score in kept]
@@ -285,18 +351,86 @@ class Recall:
         rows = self.store.rank_memories(ranked, limit=depth, pool=pool)
         return [Scored(row.id, 1.0 / (RRF_K + rank)) for rank, row in enumerate(rows, 1)]
 
-    def _nearest(self, query: MemoryQuery, probe: Probe, limit: int) -> list[Scored]:
+    def _other_model_only(self, query: MemoryQuery) -> bool:
+        """Whether the memories `query` reads hold vectors of another model than this server's
+        (asked only when a search by meaning found none of its own model there: one more
+        statement, for an empty answer only)."""
+        assert self.embedder is not None
+        plain = replace(query, search=None, order=Order.NEWEST)
+        return self.store.other_model_vectors(plain, self.embedder.model) is not None
+
+    def _nearest(
+        self, query: MemoryQuery, probe: Probe, limit: int, min_score: float | None = None
+    ) -> tuple[list[Scored], bool]:
+        """The nearest `limit` by cosine, best first, those at least `min_score` if given (a
+        prefix: a filter over at most `MAX_DEPTH` scores, no other read); and whether nothing
+        was found because the memories hold vectors of another model only (asked only when
+        none of this model was found, before any floor)."""
         assert self.embedder is not None
         plain = replace(query, search=None, order=Order.NEWEST)
         found = list(self.store.nearest_memories(plain, probe, self.embedder.model, limit))
         probe()  # a failed embedding fails the search even where the store did not need it
-        return found
+        if not found:
+            return found, self._other_model_only(query)
+        if min_score is not None:
+            found = [scored for scored in found if scored.score >= min_score]
+        return found, False
 
 
-def search_key(query: MemoryQuery, text: str, mode: SearchMode) -> str:
-    """What a search's cursor is bound to: its words, mode, filters and audience (the query's
-    fields are tuples, ids and enums, so their `repr` is the same in every process)."""
-    digest = hashlib.sha256(repr((text, mode.value, query)).encode()).digest()
+def check_limit(limit: int) -> int:
+    """A search's page size: 1 to `MAX_LIMIT`, else 422 `invalid_pagination`."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidPagination(
+            f"limit must be between 1 and {MAX_LIMIT}",
+            details={"limit": f"must be 1..{MAX_LIMIT}"},
+        )
+    return limit
+
+
+def check_floor(min_score: float | None, mode: SearchMode) -> float | None:
+    """A search's similarity floor: a cosine from 0 to 1, for a search by meaning (semantic or
+    hybrid: a keyword search's scores are ranks, which no floor fits); else 422."""
+    if min_score is None:
+        return None
+    if not 0 <= min_score <= 1:  # NaN too
+        raise invalid_field("min_score", "must be between 0 and 1")
+    if mode is SearchMode.KEYWORD:
+        raise invalid_field("min_score", "applies to mode=semantic or hybrid, not keyword")
+    return min_score
+
+
+def _floor_meta(min_score: float | None) -> dict[str, float]:
+    return {} if min_score is None else {"min_score": min_score}
+
+
+def models_apart(held: Collection[str], model: str) -> str | None:
+    """What an operator is told (`mnemos doctor`, a server's log at start) when the database
+    holds vectors of other models than `model`, the embedder's: searches by meaning then find
+    only the memories with a vector of `model` (none, after a reindex under another embedder).
+    None when it holds none of another model. Nothing re-embeds them by itself (docs/search.md,
+    "Reindexing")."""
+    others = sorted(set(held) - {model})
+    if not others:
+        return None
+    which = "also" if model in held else "none"
+    return (
+        f"the database holds vectors of {', '.join(others)} and {which} of {model} "
+        "(MNEMOS_EMBEDDER here): memories embedded only by another model are not found by "
+        "meaning; run `mnemos reindex --switch-model` with these MNEMOS_EMBEDDER settings to "
+        "replace them, or serve with the embedder that made them"
+    )
+
+
+def search_key(
+    query: MemoryQuery, text: str, mode: SearchMode, min_score: float | None = None
+) -> str:
+    """What a search's cursor is bound to: its words, mode, floor, filters and audience (the
+    query's fields are tuples, ids and enums, so their `repr` is the same in every process;
+    a search without a floor keys as before floors existed)."""
+    searched = (
+        (text, mode.value, query) if min_score is None else (text, mode.value, query, min_score)
+    )
+    digest = hashlib.sha256(repr(searched).encode()).digest()
     return base64.urlsafe_b64encode(digest[:12]).decode()
 
 

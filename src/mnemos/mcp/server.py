@@ -139,13 +139,13 @@ def _run(
 
 
 def _embedding_first(
-    svc: Services, tool: Tool, arguments: dict[str, Any]
+    svc: Services, caller: Caller, tool: Tool, arguments: dict[str, Any]
 ) -> tuple[Any, str | None]:
     """The parsed arguments of a call that may rank by meaning, and the text to embed before it
-    runs (None: nothing, `Tool.embeds`)."""
+    runs (None: nothing), once the call's checks passed (`Tool.embeds`)."""
     parsed = _parsed(tool, arguments)
     assert tool.embeds is not None
-    return parsed, tool.embeds(svc, parsed)
+    return parsed, tool.embeds(svc, caller, parsed)
 
 
 async def _called(
@@ -156,12 +156,13 @@ async def _called(
     arguments: dict[str, Any],
 ) -> types.CallToolResult:
     """One call in threads. A call that ranks by an embedder on another machine has its query
-    embedded first, on the REST API's limiter (`api/params.py` `remote_embed_threads`): a slow
-    endpoint then holds neither a request thread nor a database connection."""
+    embedded first, once the call's checks passed (`Tool.embeds`), on the REST API's limiter
+    (`api/params.py` `remote_embed_threads`): a slow endpoint then holds neither a request
+    thread nor a database connection, and a refused call costs no embedding."""
     recall = svc.memories.recall
     if tool.embeds is None or not recall.embeds_elsewhere(SEARCH_MODE, None):
         return await to_thread.run_sync(_run, svc, caller, tool, arguments)
-    parsed, text = await to_thread.run_sync(_embedding_first, svc, tool, arguments)
+    parsed, text = await to_thread.run_sync(_embedding_first, svc, caller, tool, arguments)
     if text is not None:
         request = ctx.request if isinstance(ctx.request, Request) else None
         threads = remote_embed_threads(request) if request is not None else None

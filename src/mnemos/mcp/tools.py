@@ -36,7 +36,7 @@ from mnemos.domain.models import (
 from mnemos.domain.pagination import DEFAULT_LIMIT
 from mnemos.domain.probes import Probe
 from mnemos.domain.queries import Filters
-from mnemos.domain.recall import MAX_LIMIT, SearchMode
+from mnemos.domain.recall import MAX_LIMIT, SearchMode, check_floor, check_limit
 from mnemos.errors import NotFound, Unauthorized
 
 Caller = AgentContext | UserContext
@@ -107,8 +107,10 @@ class _Filters(BaseModel):
     limit: int | None = None
     cursor: str | None = Field(default=None, max_length=512)
     # The query this call ranks by, embedded before the call ran by an embedder on another
-    # machine (`Tool.embeds`); never an argument (a private attribute is not validated input).
+    # machine (`Tool.embeds`), and the filters parsed then; never arguments (a private
+    # attribute is not validated input).
     _probe: Probe | None = PrivateAttr(default=None)
+    _filters: Filters | None = PrivateAttr(default=None)
 
     @property
     def probe(self) -> Probe | None:
@@ -117,15 +119,23 @@ class _Filters(BaseModel):
     def embedded(self, probe: Probe) -> None:
         self._probe = probe
 
-    def parsed(self, svc: Services, content_query: str | None = None) -> Filters:
-        return list_filters(
-            svc,
-            self.system.value if self.system else None,
-            self.type.value if self.type else None,
-            self.segment.value if self.segment else None,
-            self.status,
-            content_query,
-        )
+    def searched_words(self) -> str | None:
+        """The list's `content_query` (a search's words are its `query`, not a filter)."""
+        return None
+
+    def parsed(self, svc: Services) -> Filters:
+        """The filters, parsed once: a call embedded first parses them before (`Tool.embeds`)
+        and its run takes them from there."""
+        if self._filters is None:
+            self._filters = list_filters(
+                svc,
+                self.system.value if self.system else None,
+                self.type.value if self.type else None,
+                self.segment.value if self.segment else None,
+                self.status,
+                self.searched_words(),
+            )
+        return self._filters
 
 
 class _AgentReach(_Filters):
@@ -148,11 +158,20 @@ class _AgentReach(_Filters):
 class AgentListArguments(_AgentReach):
     content_query: str | None = None
 
+    def searched_words(self) -> str | None:
+        return self.content_query
+
 
 class SearchArguments(_AgentReach):
     query: str
     limit: int | None = Field(
         default=None, description=f"How many memories to return, 1-{MAX_LIMIT} (default 20)."
+    )
+    min_score: float | None = Field(
+        default=None,
+        description="Leave out memories less similar in meaning than this, 0-1 (omit it: "
+        "the nearest are returned however far). A memory that shares the query's words is "
+        "still returned.",
     )
 
 
@@ -167,6 +186,12 @@ class PersonListArguments(_Filters):
     chat_room_id: uuid.UUID | None = None
     source_agent_id: uuid.UUID | None = None
     content_query: str | None = None
+
+    def searched_words(self) -> str | None:
+        return self.content_query
+
+    def params(self) -> HumanListParams:
+        return HumanListParams(self.scope, self.chat_room_id, self.source_agent_id)
 
 
 class MemoryIdArguments(BaseModel):
@@ -226,9 +251,11 @@ class Tool:
     listing: bool = False
     read_only: bool = False
     destructive: bool = False
-    embeds: Callable[[Services, Any], str | None] | None = None
+    embeds: Callable[[Services, Any, Any], str | None] | None = None
     """The text a call ranks by meaning, to embed before the call runs when the embedder is on
-    another machine (`Recall.embedded_first`; None: the call needs no embedding first)."""
+    another machine (`Recall.embedded_first`; None: the call needs no embedding first), after
+    the checks the call would refuse it by (the caller's plan, the arguments), so a refused
+    call costs no embedding. Takes the services, the caller and the parsed arguments."""
 
     @property
     def write(self) -> str | None:
@@ -317,6 +344,7 @@ def best_search(
     limit: int,
     cursor: str | None,
     probe: Probe | None = None,
+    min_score: float | None = None,
 ) -> tuple[list[Memory], str | None]:
     """THE one place that picks how `search_memories` ranks: the best search Mnemos has. The
     best `limit` memories for `query` among the agent list of `params` and `filters`, and the
@@ -325,23 +353,44 @@ def best_search(
     Hybrid recall (`GET /api/v1/agent/memories/search`'s default: keyword and meaning fused,
     docs/search.md), which is full text alone when the server has no embedder
     (`MNEMOS_EMBEDDER=none`); its cursor continues only this same search. `probe`: the query
-    embedded first, if it was (`Tool.embeds`).
+    embedded first, if it was (`Tool.embeds`); `min_score`: the similarity floor.
     """
     found = svc.memories.recall_as_agent(
-        ctx, params, filters, query, SEARCH_MODE, limit, cursor, probe
+        ctx, params, filters, query, SEARCH_MODE, limit, cursor, probe, min_score=min_score
     )
     return [ranked.memory for ranked in found.items], found.meta["next_cursor"]
 
 
-def _search_text(svc: Services, args: SearchArguments) -> str | None:
-    """As the REST search (`api/params.py` `search_request`)."""
-    first = svc.memories.recall.embeds_elsewhere(SEARCH_MODE, args.cursor)
-    return args.query if first else None
+def _search_text(svc: Services, ctx: AgentContext, args: SearchArguments) -> str | None:
+    """As the REST search (`api/params.py` `ranked`): checked, then its query."""
+    if not svc.memories.recall.embeds_elsewhere(SEARCH_MODE, args.cursor):
+        return None
+    svc.memories.checked_query(ctx, args.params(), args.parsed(svc))
+    check_limit(_search_limit(args))
+    check_floor(args.min_score, SEARCH_MODE)
+    return args.query
 
 
-def _ranked_list_text(svc: Services, args: AgentListArguments | PersonListArguments) -> str | None:
-    """As the REST lists (`api/params.py` `list_query`): a list ranked by relevance."""
-    return svc.memories.ranked_list_text(args.parsed(svc, args.content_query))
+def _agent_list_text(svc: Services, ctx: AgentContext, args: AgentListArguments) -> str | None:
+    """As the REST list (`api/params.py` `ranked`): a list ranked by relevance, checked."""
+    page = page_request(svc, args.cursor, args.limit, None, None)
+    text = svc.memories.ranked_list_text(args.parsed(svc), page)
+    if text is not None:
+        svc.memories.checked_query(ctx, args.params(), args.parsed(svc))
+    return text
+
+
+def _person_list_text(svc: Services, ctx: UserContext, args: PersonListArguments) -> str | None:
+    """As the REST list (`api/params.py` `ranked`): a list ranked by relevance, checked."""
+    page = page_request(svc, args.cursor, args.limit, None, None)
+    text = svc.memories.ranked_list_text(args.parsed(svc), page)
+    if text is not None:
+        svc.human.check(ctx, args.params(), args.parsed(svc))
+    return text
+
+
+def _search_limit(args: SearchArguments) -> int:
+    return DEFAULT_LIMIT if args.limit is None else args.limit  # `Recall.search` checks it
 
 
 def _store(svc: Services, ctx: AgentContext, draft: MemoryDraft) -> Answer:
@@ -349,17 +398,23 @@ def _store(svc: Services, ctx: AgentContext, draft: MemoryDraft) -> Answer:
 
 
 def _search(svc: Services, ctx: AgentContext, args: SearchArguments) -> Answer:
-    limit = DEFAULT_LIMIT if args.limit is None else args.limit  # `Recall.search` checks it
     found, next_cursor = best_search(
-        svc, ctx, args.params(), args.parsed(svc), args.query, limit, args.cursor, args.probe
+        svc,
+        ctx,
+        args.params(),
+        args.parsed(svc),
+        args.query,
+        _search_limit(args),
+        args.cursor,
+        args.probe,
+        args.min_score,
     )
     return many([memory_json(memory) for memory in found], next_cursor)
 
 
 def _agent_list(svc: Services, ctx: AgentContext, args: AgentListArguments) -> Answer:
     page = page_request(svc, args.cursor, args.limit, None, None)
-    filters = args.parsed(svc, args.content_query)
-    result = svc.memories.list_as_agent(ctx, args.params(), filters, page, args.probe)
+    result = svc.memories.list_as_agent(ctx, args.params(), args.parsed(svc), page, args.probe)
     return many([memory_json(memory) for memory in result.items], result.meta.get("next_cursor"))
 
 
@@ -376,9 +431,8 @@ def _agent_status(status: Status) -> Callable[[Services, AgentContext, MemoryIdA
 
 def _person_list(svc: Services, ctx: UserContext, args: PersonListArguments) -> Answer:
     page = page_request(svc, args.cursor, args.limit, None, None)
-    params = HumanListParams(args.scope, args.chat_room_id, args.source_agent_id)
-    filters = args.parsed(svc, args.content_query)
-    result, shown = svc.human.page_with_display(ctx, params, filters, page, args.probe)
+    filters = args.parsed(svc)
+    result, shown = svc.human.page_with_display(ctx, args.params(), filters, page, args.probe)
     return many(_with_display(result.items, shown), result.meta.get("next_cursor"))
 
 
@@ -444,7 +498,7 @@ AGENT_TOOLS: tuple[Tool, ...] = (
         MemoryOut,
         listing=True,
         read_only=True,
-        embeds=_ranked_list_text,
+        embeds=_agent_list_text,
     ),
     Tool(
         "get_memory",
@@ -486,7 +540,7 @@ PERSON_TOOLS: tuple[Tool, ...] = (
         UserMemoryOut,
         listing=True,
         read_only=True,
-        embeds=_ranked_list_text,
+        embeds=_person_list_text,
     ),
     Tool(
         "get_memory",

@@ -438,7 +438,7 @@ class PostgresStore(SqlStore):
     def _search_read(self) -> Iterator[Connection]:
         # A search connection has the budget as its statement_timeout already (even the pool's
         # ping runs under it). Inside a snapshot() (a transaction), SET LOCAL sets it until that
-        # transaction ends.
+        # transaction ends (or its savepoint is rolled back).
         # On a replica (a read routed there), the budget is set and reset around the search.
         pin = getattr(self._pinned, "pin", None)
         budget = int(self._search_budget_ms)
@@ -455,8 +455,11 @@ class PostgresStore(SqlStore):
                 with self._search_engine.connect() as conn:
                     yield conn
                 return
-            pin.conn.exec_driver_sql(f"SET LOCAL statement_timeout = {budget}")
-            yield pin.conn
+            # In a savepoint: a search stopped by its budget leaves the snapshot's transaction
+            # usable (a hybrid search then answers by meaning in it: `Recall._hybrid`).
+            with pin.conn.begin_nested():
+                pin.conn.exec_driver_sql(f"SET LOCAL statement_timeout = {budget}")
+                yield pin.conn
 
     @contextmanager
     def _canceled_as_too_expensive(self) -> Iterator[None]:

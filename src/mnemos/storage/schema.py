@@ -315,6 +315,8 @@ idempotency_keys = sa.Table(
     sa.Column("inserted_at", UTCDateTime(), nullable=False),
     # The server forgets keys past their day in batches, oldest first (`forget_idempotency_keys`).
     sa.Index("ix_idempotency_keys_inserted_at", "inserted_at"),
+    # An erasure deletes the keys of the memories it deletes (`sql_rights.keys_of_memories`).
+    sa.Index("ix_idempotency_keys_memory", "tenant_id", "memory_id"),
 )
 
 # --- recall by meaning (docs/search.md, "Vector storage") -----------------------------------

@@ -328,14 +328,17 @@ class RightsSql(SqlBase):
 
 
 def _delete_keys(conn: Connection, reach: Tenants, memories_of: Any) -> None:
-    """Delete the idempotency keys (in `reach`) of the memories `(tenant_id, id)` of
-    `memories_of`: a SELECT of those columns, or a list of pairs."""
+    conn.execute(keys_of_memories(reach, memories_of))
+
+
+def keys_of_memories(reach: Tenants, memories_of: Any) -> sa.Delete:
+    """The DELETE of the idempotency keys (in `reach`) of the memories `(tenant_id, id)` of
+    `memories_of`: a SELECT of those columns, or a list of pairs. A lookup per memory in
+    `ix_idempotency_keys_memory` (migration 0028), not a read of the tenants' every key."""
     keys = idempotency_keys.c
-    conn.execute(
-        idempotency_keys.delete().where(
-            in_tenants(idempotency_keys, reach),
-            sa.tuple_(keys.tenant_id, keys.memory_id).in_(memories_of),
-        )
+    return idempotency_keys.delete().where(
+        in_tenants(idempotency_keys, reach),
+        sa.tuple_(keys.tenant_id, keys.memory_id).in_(memories_of),
     )
 
 

@@ -181,7 +181,10 @@ class TuyaSql(SqlBase):
         # The role's agent first, held until the write commits (`agent_held`): an agent deleted
         # since the role was read leaves nothing written. Before the device's lock and the
         # rows it supersedes, as `delete_agent` takes its agent's lock before its memories'.
-        for agent_id in {memory.source_agent_id for memory, _ in new} - {None}:
+        # Rows of one kind are locked in one order (sorted), so two writers that share some
+        # never hold one each while waiting for the other's (a deadlock on PostgreSQL).
+        agent_ids = {memory.source_agent_id for memory, _ in new}
+        for agent_id in sorted(agent for agent in agent_ids if agent is not None):
             if conn.execute(agent_held(agent_id)).first() is None:
                 return False
         by_subject: dict[tuple[uuid.UUID, uuid.UUID | None], list[str]] = {}
@@ -189,7 +192,8 @@ class TuyaSql(SqlBase):
         history = []
         for memory, slot in new:
             by_subject.setdefault((memory.tenant_id, memory.subject_id), []).append(slot)
-        for (tenant, subject), slots in by_subject.items():
+        devices = sorted(by_subject.items(), key=lambda item: (item[0][0], str(item[0][1])))
+        for (tenant, subject), slots in devices:
             # Writers of one device take turns (PostgreSQL; SQLite has one writer anyway), so
             # each supersedes what the previous one committed instead of racing it.
             lock = sa.select(tuya_devices.c.device_id).where(tuya_devices.c.subject_id == subject)

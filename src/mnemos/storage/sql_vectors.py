@@ -255,6 +255,20 @@ class VectorsSql(SqlBase):
             )
             return list(found.scalars())
 
+    def other_model_vectors(self, query: MemoryQuery, model: str) -> str | None:
+        if not query.audiences:
+            return None
+        with self._read() as conn:
+            tenants, owners = self._owners(conn, query.audiences)
+            if not tenants or not owners:
+                return None
+            params = {"tenants": tenants, "owners": sorted(owners), "model": model}
+            for statement in OTHER_MODELS:  # the chunks first: a reindex drops other models'
+                found: str | None = conn.execute(statement, params).scalar()
+                if found is not None:
+                    return found
+        return None
+
     def queue_for_model(self, model: str, batch: int) -> int:
         embedded = sa.select(V.memory_pk).where(
             V.tenant_id == M.tenant_id, V.memory_pk == M.pk, V.model == model
@@ -329,30 +343,44 @@ class VectorsSql(SqlBase):
             conn.execute(
                 vector_queue.delete().where(Q.tenant_id.in_(tenants), Q.memory_pk.in_(pks))
             )
+            # A memory's text never changes, so its vector of `model` saved already (by a
+            # worker that took it over when this one's lease ran out) is kept, and no second
+            # place is added to its owners' layout: a copy there would take a place of the
+            # search's first pass (`first_pass`'s `count x copies`). A vector of another model
+            # is replaced (its tail rows go by their cascade, its chunks with the reindex that
+            # switched models). A concurrent save of the same memory inserts first: this
+            # insert then waits for it and skips the row (PostgreSQL; SQLite has one writer).
             conn.execute(
-                memory_vectors.delete().where(V.tenant_id.in_(tenants), V.memory_pk.in_(pks))
+                memory_vectors.delete().where(
+                    V.tenant_id.in_(tenants), V.memory_pk.in_(pks), V.model != model
+                )
             )
-            conn.execute(
-                memory_vectors.insert(),
-                [
-                    {
-                        "tenant_id": row[2],
-                        "memory_pk": row[0],
-                        "model": model,
-                        "scale": float(scales[by_id[row[1]]]),
-                        "vector": quantized[by_id[row[1]]].tobytes(),
-                    }
-                    for row in found
-                ],
-            )
+            stored = {
+                (row[0], row[1])
+                for row in conn.execute(
+                    self._insert_ignore(memory_vectors).returning(V.tenant_id, V.memory_pk),
+                    [
+                        {
+                            "tenant_id": row[2],
+                            "memory_pk": row[0],
+                            "model": model,
+                            "scale": float(scales[by_id[row[1]]]),
+                            "vector": quantized[by_id[row[1]]].tobytes(),
+                        }
+                        for row in found
+                    ],
+                )
+            }
             tail = [
                 {"tenant_id": row[2], "owner": owner, "memory_pk": row[0]}
                 for row in found
+                if (row[2], row[0]) in stored
                 for owner in owner_keys(row[3], row[4:])
             ]
-            conn.execute(vector_tail.insert(), tail)
-            self._seal(conn, model, {(entry["tenant_id"], entry["owner"]) for entry in tail})
-        return len(found)
+            if tail:
+                conn.execute(vector_tail.insert(), tail)
+                self._seal(conn, model, {(entry["tenant_id"], entry["owner"]) for entry in tail})
+        return len(stored)
 
     def _seal(self, conn: Connection, model: str, owners: Iterable[Layout]) -> None:
         """Turn every full tail among `owners` (tenant, owner key) into a chunk."""
@@ -486,9 +514,11 @@ class VectorsSql(SqlBase):
         return {(row[0], owner) for row in rows for owner in owner_keys(row[1], row[2:])}
 
     def _purge_vectors(self, conn: Connection, owners: set[Layout]) -> None:
+        # Chunks are locked (`_drop_dead`) in one order, (tenant, owner, seq), by every
+        # rewrite that takes several in one transaction: two erasures never deadlock on them.
         for tenant, owner in sorted(owners):
             seqs = conn.execute(
-                sa.select(C.seq).where(C.tenant_id == tenant, C.owner == owner)
+                sa.select(C.seq).where(C.tenant_id == tenant, C.owner == owner).order_by(C.seq)
             ).scalars()
             for seq in seqs.all():
                 self._drop_dead(conn, tenant, owner, seq)
@@ -498,7 +528,9 @@ class VectorsSql(SqlBase):
         without them, in the caller's transaction. Reads every chunk's keys of the tenant
         (8 bytes a vector): for the rare delete after which a pk may be given again
         (`SqliteStore._keys_freed`)."""
-        chunks = conn.execute(sa.select(C.owner, C.seq, C.pks).where(C.tenant_id == tenant)).all()
+        chunks = conn.execute(
+            sa.select(C.owner, C.seq, C.pks).where(C.tenant_id == tenant).order_by(C.owner, C.seq)
+        ).all()
         wanted = np.fromiter(pks, dtype="<i8", count=len(pks))
         for owner, seq, blob in chunks:
             if np.isin(np.frombuffer(bytes(blob), dtype="<i8"), wanted).any():
@@ -736,6 +768,26 @@ BLOB_READS: dict[str, sa.Select[Any] | sa.CompoundSelect[Any]] = {
 }
 """The statements that read the search's blobs, built once: each binds the audiences'
 `tenants`, a list (`owners` or `keys`) and the `model`."""
+
+OTHER_MODELS = (
+    sa.select(C.model)
+    .where(
+        _keys_in(C.tenant_id, "tenants"),
+        _keys_in(C.owner, "owners"),
+        C.model != sa.bindparam("model"),
+    )
+    .limit(1),
+    sa.select(V.model)
+    .join(vector_tail, sa.and_(T.tenant_id == V.tenant_id, T.memory_pk == V.memory_pk))
+    .where(
+        _keys_in(T.tenant_id, "tenants"),
+        _keys_in(T.owner, "owners"),
+        V.model != sa.bindparam("model"),
+    )
+    .limit(1),
+)
+"""A model other than `model` in the owners' chunks, then in their tails (the first found):
+`other_model_vectors`, binding as `BLOB_READS` do."""
 
 
 def _int8_rows(blob: bytes, rows: int) -> NDArray[np.int8]:

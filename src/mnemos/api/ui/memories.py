@@ -142,27 +142,17 @@ def _room_choices(svc: Services, who: SignedIn, chosen: str | None) -> dict[str,
     return choices
 
 
-async def searched_first(
-    q: str | None = Query(None),
-    cursor: str | None = Query(None),
-    who: SignedIn = Depends(signed_in),  # noqa: ARG001 - only for a signed-in person
-    svc: Services = Depends(services),
-    threads: CapacityLimiter = Depends(remote_embed_threads),
-) -> Probe | None:
-    """The Search's words embedded before the page is built, by an embeddings endpoint (as
-    `api/params.py` `search_request`: the wait holds no request thread); else None."""
-    text = q.strip() if q else ""
-    recall = svc.memories.recall
-    if not text or len(text) > recall.max_query_chars:  # the search refuses it as before
-        return None
-    if not recall.embeds_elsewhere(SearchMode.HYBRID, _blank(cursor)):
-        return None
-    return await to_thread.run_sync(recall.embedded_first, text, limiter=threads)
+@dataclass(frozen=True)
+class Chosen:
+    """The page's query parameters: as chosen (for the form and the links), and parsed."""
+
+    values: dict[str, str | None]
+    params: HumanListParams
+    filters: Filters
+    cursor: str | None
 
 
-@router.get("/")
-def memories(
-    request: Request,
+async def chosen_view(
     scope: str | None = Query(None),
     system: str | None = Query(None),
     type: str | None = Query(None),
@@ -172,12 +162,11 @@ def memories(
     room: str | None = Query(None),
     q: str | None = Query(None),
     cursor: str | None = Query(None),
-    done: str | None = Query(None),
-    who: SignedIn = Depends(signed_in),
+    who: SignedIn = Depends(signed_in),  # noqa: ARG001 - a signed-in person's, parsed after
     svc: Services = Depends(services),
-    probe: Probe | None = Depends(searched_first),
-) -> Response:
-    chosen = {
+) -> Chosen:
+    """The page's filters and Search, parsed (only for a signed-in person)."""
+    values = {
         "scope": _blank(scope),
         "system": _blank(system),
         "type": _blank(type),
@@ -188,29 +177,61 @@ def memories(
         "q": q.strip() if q and q.strip() else None,
     }
     params = HumanListParams(
-        scope=_view(chosen["scope"]),
-        chat_room_id=parse_uuid(chosen["room"], "room") if chosen["room"] else None,
-        source_agent_id=parse_uuid(chosen["agent"], "agent") if chosen["agent"] else None,
+        scope=_view(values["scope"]),
+        chat_room_id=parse_uuid(values["room"], "room") if values["room"] else None,
+        source_agent_id=parse_uuid(values["agent"], "agent") if values["agent"] else None,
     )
     filters = list_filters(
-        svc, chosen["system"], chosen["type"], chosen["segment"], chosen["status"], None
+        svc, values["system"], values["type"], values["segment"], values["status"], None
     )
-    if chosen["q"]:
-        listed = search_page(svc, who, params, filters, chosen["q"], _blank(cursor), probe)
+    return Chosen(values, params, filters, _blank(cursor))
+
+
+async def searched_first(
+    chosen: Chosen = Depends(chosen_view),
+    who: SignedIn = Depends(signed_in),
+    svc: Services = Depends(services),
+    threads: CapacityLimiter = Depends(remote_embed_threads),
+) -> Probe | None:
+    """The Search's words embedded before the page is built, by an embeddings endpoint (as
+    `api/params.py` `ranked`: after the person's checks, and the wait holds no request
+    thread); else None."""
+    text = chosen.values["q"]
+    recall = svc.memories.recall
+    if not text or len(text) > recall.max_query_chars:  # the search refuses it as before
+        return None
+    if not recall.embeds_elsewhere(SearchMode.HYBRID, chosen.cursor):
+        return None
+    svc.human.check(who.ctx, chosen.params, chosen.filters)
+    return await to_thread.run_sync(recall.embedded_first, text, limiter=threads)
+
+
+@router.get("/")
+def memories(
+    request: Request,
+    done: str | None = Query(None),
+    who: SignedIn = Depends(signed_in),
+    svc: Services = Depends(services),
+    chosen: Chosen = Depends(chosen_view),
+    probe: Probe | None = Depends(searched_first),
+) -> Response:
+    text, cursor = chosen.values["q"], chosen.cursor
+    if text:
+        listed = search_page(svc, who, chosen.params, chosen.filters, text, cursor, probe)
     else:
-        listed = list_page(svc, who, params, filters, _blank(cursor))
-    kept = {name: value for name, value in chosen.items() if value}
+        listed = list_page(svc, who, chosen.params, chosen.filters, cursor)
+    kept = {name: value for name, value in chosen.values.items() if value}
     here = request.url.path + ("?" + request.url.query if request.url.query else "")
     return page(
         "memories.html",
         who=who,
         active="memories",
         listed=listed,
-        chosen=chosen,
+        chosen=chosen.values,
         views=VIEWS,
         choices=CHOICES,
-        agents=_agent_choices(svc, who, listed, chosen["agent"]),
-        rooms=_room_choices(svc, who, chosen["room"]),
+        agents=_agent_choices(svc, who, listed, chosen.values["agent"]),
+        rooms=_room_choices(svc, who, chosen.values["room"]),
         filtered=bool(kept),
         next_url=(
             "/ui/?" + urllib.parse.urlencode({**kept, "cursor": listed.next_cursor})

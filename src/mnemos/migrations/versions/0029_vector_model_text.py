@@ -9,7 +9,7 @@ the length. Downgrading leaves the columns wide, as a downgrade of 0026 does: th
 reads and writes them as before.
 
 Revision ID: 0029_vector_model_text
-Revises: 0027_idempotency_key_sweep
+Revises: 0028_idempotency_key_memory
 Create Date: 2026-12-05
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0029_vector_model_text"
-down_revision = "0027_idempotency_key_sweep"  # 0028_idempotency_key_memory once merged
+down_revision = "0028_idempotency_key_memory"
 branch_labels = None
 depends_on = None
 
