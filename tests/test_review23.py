@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from alembic.script import ScriptDirectory
 from fastapi.testclient import TestClient
 
 from mnemos.api.app import create_app
@@ -22,7 +23,7 @@ from mnemos.config import Settings
 from mnemos.embedding import load_embedder
 from mnemos.embedding.remote import EndpointEmbedder
 from mnemos.indexer import drain
-from mnemos.storage import migrate, open_store
+from mnemos.storage import alembic_config, migrate, open_store
 from mnemos.storage.base import Store
 from mnemos.storage.postgres import driver_url
 from mnemos.storage.schema import memory_vectors
@@ -37,6 +38,9 @@ from tests.world import World, agent_memory, memory_body
 
 SEARCH = "/api/v1/agent/memories/search"
 WORDS = "aisle seats"  # found by the keyword leg too
+
+WIDENING = "0029_vector_model_text"
+WIDENED = ("memory_vectors", "vector_chunks")
 
 LONG_NAME = "hf.co/" + "m" * 193
 """An endpoint's model name of 199 characters: it fits `model VARCHAR(200)` alone, as every
@@ -53,11 +57,6 @@ def server() -> Iterator[EmbeddingsServer]:
 # --- 1. a long model name: 0026 stops the upgrade on PostgreSQL; at head no vector is saved -------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review23 finding 1: an endpoint's model name with its size overflows VARCHAR(200) "
-    "on PostgreSQL: no vector is ever saved (SQLite does not enforce the length)",
-)
 def test_an_endpoint_with_a_long_model_name_embeds_on_postgresql(
     store: Store, world: World, server: EmbeddingsServer, database_url: str
 ) -> None:
@@ -75,11 +74,6 @@ def test_an_endpoint_with_a_long_model_name_embeds_on_postgresql(
 
 
 @pytest.mark.parametrize("backend", [name for name in BACKENDS if name == "postgresql"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="review23 finding 1: migration 0026 appends '@<size>' to a stored model name of "
-    "199 characters; PostgreSQL refuses the 201-character value and the upgrade stops",
-)
 def test_upgrading_vectors_of_a_long_model_name_keeps_them(backend: str, tmp_path: Path) -> None:
     """A database whose endpoint vectors were stored (before 0026) under a 199-character model
     name upgrades to head, keeping every vector (as on SQLite)."""
@@ -104,15 +98,41 @@ def test_upgrading_vectors_of_a_long_model_name_keeps_them(backend: str, tmp_pat
         assert stored == [f"{LONG_NAME}@8"] * len(made)
 
 
+@pytest.mark.parametrize("backend", [name for name in BACKENDS if name == "postgresql"])
+def test_a_database_that_ran_0026_before_the_widening_is_widened(
+    backend: str, tmp_path: Path
+) -> None:
+    """A database upgraded past 0026 before 0026 widened the columns (they are `VARCHAR(200)`
+    there) gets them widened by 0029: its endpoint's long name is saved after the upgrade."""
+    with fresh_database(backend, tmp_path) as url:
+        settings = Settings(database_url=url)
+        migrate(settings)
+        before = ScriptDirectory.from_config(alembic_config(url)).get_revision(WIDENING)
+        assert before is not None
+        engine = sa.create_engine(driver_url(url))
+        with engine.begin() as conn:
+            for table in WIDENED:
+                conn.execute(sa.text(f"ALTER TABLE {table} ALTER COLUMN model TYPE VARCHAR(200)"))
+            conn.execute(
+                sa.text("UPDATE alembic_version SET version_num = :before"),
+                {"before": before.down_revision},
+            )
+        migrate(settings)
+        with engine.connect() as conn:
+            types = conn.execute(
+                sa.text(
+                    "SELECT data_type FROM information_schema.columns "
+                    "WHERE table_name IN ('memory_vectors', 'vector_chunks') "
+                    "AND column_name = 'model'"
+                )
+            ).scalars()
+            assert list(types) == ["text", "text"]
+        engine.dispose()
+
+
 # --- 2. an upgrade stopped inside 0026 on SQLite can never be finished ----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review23 finding 2: on SQLite 0026's ADD COLUMN commits on its own (pysqlite opens "
-    "no transaction before DDL); an upgrade stopped after it stays at 0025 and every later "
-    "`mnemos migrate` / `serve` fails with 'duplicate column name: refusals'",
-)
 def test_an_upgrade_stopped_inside_a_migration_can_be_run_again(tmp_path: Path) -> None:
     """A migration that fails part-way (here its UPDATE refused, as a full disk or a kill -9
     would stop it; the kill is reproduced in docs/decisions.md) leaves the schema as it was, so
@@ -145,11 +165,6 @@ def test_an_upgrade_stopped_inside_a_migration_can_be_run_again(tmp_path: Path) 
 # --- 3. a move (export → import) forgets the idempotency keys: a retry stores a second memory ----
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review23 finding 3: `mnemos export` skips idempotency_keys, so a store retried "
-    "after a move to another database (its day not over) stores the memory a second time",
-)
 def test_a_retry_after_a_move_to_another_database_stores_nothing_new(
     client: TestClient, world: World, database_url: str, tmp_path: Path
 ) -> None:
@@ -175,12 +190,6 @@ def test_a_retry_after_a_move_to_another_database_stores_nothing_new(
 
 
 @pytest.mark.parametrize("mode", ["semantic"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="review23 finding 4: after 0026 the processes not yet restarted (docs/deploying.md, "
-    "'Upgrades') store vectors under the bare model name; the new ones search 'm@8' only, "
-    "nothing queues those memories again, and `mnemos reindex` refuses without --switch-model",
-)
 def test_a_memory_embedded_by_an_old_process_during_a_rolling_upgrade_is_found_by_meaning(
     settings: Settings, store: Store, world: World, server: EmbeddingsServer, mode: str
 ) -> None:

@@ -202,6 +202,7 @@ def reindex(database_url: str | None, batch: int, switch_model: bool) -> None:
     stored before recall by meaning, or under another model (with --switch-model). Resumable:
     the work is a queue in the database, so running it again (or any server) carries on where
     it stopped."""
+    from mnemos.domain.recall import adopt_former_vectors
     from mnemos.embedding import embedder_from_settings
     from mnemos.indexer import drain
 
@@ -210,6 +211,7 @@ def reindex(database_url: str | None, batch: int, switch_model: bool) -> None:
     if embedder is None:
         raise click.UsageError("MNEMOS_EMBEDDER is 'none': there is nothing to embed with")
     with _admin_store(database_url) as store:
+        adopt_former_vectors(store, embedder)  # this model's, saved by an older release
         _same_model_or_switch(store, embedder.model, switch_model)
         queued = store.queue_for_model(embedder.model, batch=10_000)
         total = store.vector_backlog()

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 
 from mnemos.domain.ports import Embedder, VectorStore
-from mnemos.domain.recall import embed_pending, models_apart
+from mnemos.domain.recall import adopt_former_vectors, embed_pending, models_apart
 
 log = logging.getLogger("mnemos")
 
@@ -32,6 +32,16 @@ is held for it) and ~10 ms of model time, so a store waiting behind the worker w
 this machine's ~100-400 texts/s a queue still drains far faster than clients store."""
 NICENESS = 10
 SWEEP_CHUNKS = 8
+ADOPT_SECONDS = 60.0
+"""How often a worker adopts the vectors a process of a release before migration 0026 saved
+under the endpoint's bare model name (`adopt_former_vectors`; a rolling upgrade's old processes
+save them until they are restarted), during its first `ADOPT_WINDOW` (an upgrade is under way
+when a process starts); then once every `ADOPT_WINDOW`, for an old process left running. A
+look reads the model of every vector (no index holds it: one would cost each save for a check
+that finds something only during an upgrade): 74 ms (SQLite) to 123 ms (PostgreSQL) at
+1,000,000 vectors cached, 500 MB read from disk when not (docs/decisions.md, "review23's
+findings fixed")."""
+ADOPT_WINDOW = 3600.0
 QUIET_SECONDS = 0.002
 """How long no request must have been in flight before the worker starts a step: a client that
 sends its next request right after an answer (the gap is ~1 ms) finds the worker still waiting,
@@ -114,6 +124,8 @@ class Indexer:
         requests: InFlight | None = None,
         give_way_seconds: float = GIVE_WAY_SECONDS,
         give_way_share: float = GIVE_WAY_SHARE,
+        adopt_seconds: float = ADOPT_SECONDS,
+        adopt_window: float = ADOPT_WINDOW,
     ):
         """`embedder`, or a function that builds it: then it is built in the worker's thread,
         so a server answers before its worker's model is loaded. With `requests` (a server's),
@@ -136,6 +148,10 @@ class Indexer:
             None  # where the sweep of deleted vectors is
         )
         self._next_sweep = 0.0  # time.monotonic() of the next sweep
+        self._adopt_seconds = adopt_seconds
+        self._adopt_window = adopt_window
+        self._next_adoption = 0.0  # ... of the next `adopt_former_vectors`: at once
+        self._adopt_until = 0.0  # ... when looks go from every `adopt_seconds` to every window
 
     def start(self) -> None:
         self.store.on_queued(self._wake.set)
@@ -159,8 +175,10 @@ class Indexer:
         embedder = self._embedder() if callable(self._embedder) else self._embedder
         if embedder is None:
             return
+        self._adopt(embedder)  # first: a rolling upgrade's bare names are not another model
         self._warn_of_other_models(embedder.model)
         while not self._stop.is_set():
+            self._adopt(embedder)
             try:
                 done = embed_pending(self.store, embedder, self.batch, self._give_way)
             except Exception:  # keep the worker alive; the batch's claim expires and is retried
@@ -178,6 +196,22 @@ class Indexer:
                     self._sweep()
                 self._wake.wait(IDLE_SECONDS)
                 self._wake.clear()  # before the next look at the queue: no wake-up is lost
+
+    def _adopt(self, embedder: Embedder) -> None:
+        """At the worker's start, then every `adopt_seconds` for `adopt_window`, then every
+        window: a rolling upgrade's old processes may save under the former name until the last
+        of them stops, after this one started."""
+        now = time.monotonic()
+        if now < self._next_adoption:
+            return
+        if not self._adopt_until:
+            self._adopt_until = now + self._adopt_window
+        later = self._adopt_seconds if now < self._adopt_until else self._adopt_window
+        self._next_adoption = now + later
+        try:
+            adopt_former_vectors(self.store, embedder)
+        except Exception:
+            log.exception("adopting the vectors saved under the model's former name failed")
 
     def _warn_of_other_models(self, model: str) -> None:
         """Once, as the server starts: a database reindexed under another embedder than this
@@ -219,7 +253,9 @@ def drain(
     progress: Callable[[int], object] | None = None,
 ) -> int:
     """Embed until the queue is empty, waiting out other workers' claims; how many this call
-    embedded (`progress` is told each batch's count)."""
+    embedded (`progress` is told each batch's count). The vectors saved under the embedder's
+    former name are adopted first (`adopt_former_vectors`)."""
+    adopt_former_vectors(store, embedder)
     embedded = 0
     while True:
         done = embed_pending(store, embedder, batch)

@@ -582,6 +582,13 @@ class VectorStore(Protocol):
         """How many queued memories are set aside, their texts refused by the embedder."""
 
     @abc.abstractmethod
+    def adopt_vectors(self, former: str, model: str, size: int) -> int:
+        """Record as `model` the vectors of `size` numbers (and the sealed chunks of them) that
+        are recorded as `former`; how many vectors. For an endpoint's vectors saved under its
+        bare name by code before migration 0026 (`Embedder.former_model`), as 0026 renamed
+        those stored before it."""
+
+    @abc.abstractmethod
     def vector_models(self) -> list[str]:
         """The models whose vectors the database holds (in name order; empty: none yet)."""
 
@@ -623,6 +630,12 @@ class Embedder(Protocol):
 
     model: str
     dimensions: int
+    former_model: str | None
+    """The name code before migration 0026 recorded this embedder's vectors under, when it
+    differs from `model` (an endpoint's bare model name, without the size): a process of an
+    earlier release still running during a rolling upgrade saves them so, and the embedding
+    worker adopts them (`recall.adopt_former_vectors`). Optional: an embedder without it has
+    none."""
     remote: bool
     """True when a model run waits on another machine (an embeddings endpoint: seconds at
     worst): a search then has its query embedded before it takes a request thread or a

@@ -455,6 +455,22 @@ def fuse(legs: Sequence[Sequence[Scored]], limit: int) -> list[Scored]:
     return [Scored(memory_id, scores[memory_id]) for memory_id in best[:limit]]
 
 
+def adopt_former_vectors(store: VectorStore, embedder: Embedder) -> int:
+    """Record under the embedder's model the vectors saved under its former name
+    (`Embedder.former_model`: an endpoint's bare name, without the size, as code before
+    migration 0026 recorded it) with its size; how many. During a rolling upgrade across 0026
+    the processes not restarted yet keep saving them so: nothing would queue those memories
+    again, and no search by meaning would find them (review23, finding 4). Nothing to do for an
+    embedder without a former name (the local model's is its own)."""
+    former = getattr(embedder, "former_model", None)  # optional on the port
+    if not former or former == embedder.model:
+        return 0
+    adopted = store.adopt_vectors(former, embedder.model, embedder.dimensions)
+    if adopted:
+        log.info("%d vectors saved as %r recorded as %r", adopted, former, embedder.model)
+    return adopted
+
+
 def embed_pending(
     store: VectorStore,
     embedder: Embedder,

@@ -46,6 +46,7 @@ class LocalEmbedder:
 
     model = MODEL
     dimensions = DIMENSIONS
+    former_model: str | None = None  # its name has always been its own (`MODEL`)
     remote = False
 
     def __init__(self, threads: int = 1, cache_dir: Path | None = None) -> None:

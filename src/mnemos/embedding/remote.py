@@ -90,6 +90,9 @@ class EndpointEmbedder:
         # name a model of another size: its vectors are then another model's, queued by
         # `mnemos reindex`, never compared with the new ones (review22, finding 3).
         self.model = f"{model}@{self.dimensions}"
+        # What code before migration 0026 recorded instead (a rolling upgrade's old processes):
+        # the same model's vectors, adopted by the embedding worker.
+        self.former_model: str | None = model
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         if not texts:

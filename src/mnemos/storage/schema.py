@@ -334,7 +334,7 @@ memory_vectors = sa.Table(
     metadata,
     sa.Column("tenant_id", sa.Uuid(), primary_key=True),  # the memory's
     sa.Column("memory_pk", PK, primary_key=True),
-    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("model", sa.Text(), nullable=False),  # migrations 0026 and 0029
     sa.Column("scale", sa.Float(), nullable=False),
     sa.Column("vector", sa.LargeBinary(), nullable=False),
 )
@@ -376,7 +376,7 @@ vector_chunks = sa.Table(
     sa.Column("tenant_id", sa.Uuid(), primary_key=True),
     sa.Column("owner", sa.String(40), primary_key=True),
     sa.Column("seq", sa.Integer(), primary_key=True),
-    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("model", sa.Text(), nullable=False),  # migrations 0026 and 0029
     sa.Column("rows", sa.Integer(), nullable=False),
     sa.Column("pks", sa.LargeBinary(), nullable=False),  # int64, little-endian
     # The vectors' sign bits, packed (numpy.packbits): rows x dimensions / 8 bytes; a search

@@ -225,6 +225,29 @@ class VectorsSql(SqlBase):
                 ).scalar_one()
             )
 
+    def adopt_vectors(self, former: str, model: str, size: int) -> int:
+        # A read first: on SQLite the writer is taken only when there is something to rename.
+        with self._read() as conn:
+            found = conn.execute(
+                sa.select(V.memory_pk).prefix_with(EVERY_TENANT).where(V.model == former).limit(1)
+            ).first()
+        if found is None:
+            return 0
+        with self._write() as conn:
+            renamed = conn.execute(
+                memory_vectors.update()
+                .prefix_with(EVERY_TENANT)
+                .where(V.model == former, sa.func.length(V.vector) == size)
+                .values(model=model)
+            ).rowcount
+            conn.execute(
+                vector_chunks.update()
+                .prefix_with(EVERY_TENANT)
+                .where(C.model == former, sa.func.length(C.vectors) == C.rows * size)
+                .values(model=model)
+            )
+        return int(renamed)
+
     def vector_models(self) -> list[str]:
         with self._read() as conn:
             found = conn.execute(

@@ -31,10 +31,10 @@ def sqlite_engine(
         connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
         **options,
     )
+    begin_explicitly(engine, begin)
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_conn.cursor()
         for pragma in ("journal_mode=WAL", f"busy_timeout={busy_timeout_ms}", *pragmas):
             cursor.execute(f"PRAGMA {pragma}")
@@ -42,8 +42,19 @@ def sqlite_engine(
         if on_connect is not None:
             on_connect(dbapi_conn)
 
+    return engine
+
+
+def begin_explicitly(engine: Engine, begin: str) -> None:
+    """Make each of `engine`'s transactions start with `begin`, issued here rather than by the
+    driver: pysqlite opens a transaction only before an INSERT, UPDATE or DELETE, so a schema
+    change (`CREATE`, `ALTER`) otherwise commits on its own, apart from the statements after it
+    (SQLite's DDL is transactional; the driver's habit is what splits it)."""
+
+    @sa.event.listens_for(engine, "connect")
+    def _no_driver_transactions(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql(begin)
-
-    return engine

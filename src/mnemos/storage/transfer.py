@@ -39,28 +39,30 @@ from mnemos.errors import MnemosError
 from mnemos.ndjson import line_safe
 from mnemos.storage import backend
 from mnemos.storage.schema import metadata
+from mnemos.storage.sqlite_engine import begin_explicitly
 
 FORMAT = "mnemos-export"
 FORMAT_VERSION = 1
 BATCH_ROWS = 2000
 AS_JSON = orjson.OPT_SERIALIZE_NUMPY  # a vector column may read back as a numpy array
 
-SKIPPED_TABLES = frozenset(
-    {"idempotency_keys", "memory_vectors", "vector_queue", "vector_tail", "vector_chunks"}
-)
-"""Not exported: replay records of recent requests, worthless on another server; and vectors,
-derived from content and keyed by row numbers that `--merge` renumbers: every imported memory
-is queued for embedding by the database's own trigger (`mnemos reindex` or the server's
-embedding workers rebuild them)."""
+SKIPPED_TABLES = frozenset({"memory_vectors", "vector_queue", "vector_tail", "vector_chunks"})
+"""Not exported: vectors, derived from content and keyed by row numbers that `--merge`
+renumbers: every imported memory is queued for embedding by the database's own trigger
+(`mnemos reindex` or the server's embedding workers rebuild them)."""
 
 MERGE_KEYS = {"memories": ("id",), "memory_history": ("memory_id", "event", "at")}
 """What identifies a row of a table whose primary key the target numbers itself with --merge:
 an imported row the target already holds by these columns is skipped."""
 
-NOT_MERGED = frozenset({"tuya_tokens"})
+NOT_MERGED = frozenset({"tuya_tokens", "idempotency_keys"})
 """Left out by `--merge` (counted as skipped): Tuya's access and refresh token pairs live for
 hours and are replaced at each refresh; a pair from an older file would be valid again in a
-target that replaced it (a connector signs in again with its project's secret)."""
+target that replaced it (a connector signs in again with its project's secret). Idempotency
+keys are a day's replay records of the server the file came from: a move (a plain import)
+carries them with their `inserted_at`, so a store retried after it, within the key's day, is
+answered with the memory it stored (review23, finding 3); a merge is not that server, and a key
+may name a memory the merge skipped."""
 
 REPLACED_TABLES = frozenset({"server_secrets"})
 """Written over what the target holds (a database that has served once already has its own
@@ -115,16 +117,12 @@ def connect(url: str, *, write: bool) -> Engine:
     """An engine for one export or import: a snapshot to read from, or one write transaction."""
     engine = sa.create_engine(backend(url).migration_url(url))
     if engine.dialect.name == "sqlite":
+        begin_explicitly(engine, "BEGIN IMMEDIATE" if write else "BEGIN")
 
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None  # BEGIN is ours (below)
             dbapi_conn.execute("PRAGMA busy_timeout=30000")
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
-
-        @sa.event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
         return engine
     level = "SERIALIZABLE" if write else "REPEATABLE READ"

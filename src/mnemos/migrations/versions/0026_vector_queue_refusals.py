@@ -15,6 +15,13 @@ endpoint stored before get their size added here (every model but the local one,
 fixes its size, and names holding an `@` already), so nothing needs embedding again;
 downgrading leaves them so (the earlier code then sees another model: `mnemos reindex`).
 
+On PostgreSQL the `model` columns are widened from `VARCHAR(200)` to `TEXT` first (added after
+the release, review23 finding 1): a name of 197 to 200 characters with its size no longer fits
+200, and the UPDATE stopped the upgrade. Databases that ran this migration before that change
+are widened by 0029, which widens these ones again (nothing to do): every upgraded database ends
+with the same columns. A wider `VARCHAR` or `TEXT` rewrites no row on PostgreSQL; SQLite does
+not enforce the length.
+
 Revision ID: 0026_vector_queue_refusals
 Revises: 0025_cut_long_words
 Create Date: 2026-12-05
@@ -36,7 +43,13 @@ depends_on = None
 LOCAL_MODEL = "all-MiniLM-L6-v2-int8"  # mnemos.embedding.local.MODEL, as of this migration
 
 
+MODEL_TABLES = ("memory_vectors", "vector_chunks")
+
+
 def upgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        for table in MODEL_TABLES:
+            op.execute(f"ALTER TABLE {table} ALTER COLUMN model TYPE TEXT")
     op.add_column(
         "vector_queue",
         sa.Column("refusals", sa.SmallInteger(), nullable=False, server_default="0"),
