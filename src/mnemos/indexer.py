@@ -36,11 +36,10 @@ ADOPT_SECONDS = 60.0
 """How often a worker adopts the vectors a process of a release before migration 0026 saved
 under the endpoint's bare model name (`adopt_former_vectors`; a rolling upgrade's old processes
 save them until they are restarted), during its first `ADOPT_WINDOW` (an upgrade is under way
-when a process starts); then once every `ADOPT_WINDOW`, for an old process left running. A
-look reads the model of every vector (no index holds it: one would cost each save for a check
-that finds something only during an upgrade): 74 ms (SQLite) to 123 ms (PostgreSQL) at
-1,000,000 vectors cached, 500 MB read from disk when not (docs/decisions.md, "review23's
-findings fixed")."""
+when a process starts); then no more (`mnemos reindex` adopts them too). A look reads the model
+of every vector (no index holds it: one would cost each save for a check that finds something
+only during an upgrade): 74 ms (SQLite) to 123 ms (PostgreSQL) at 1,000,000 vectors cached,
+500 MB read from disk when not (docs/decisions.md, "review23's findings fixed")."""
 ADOPT_WINDOW = 3600.0
 QUIET_SECONDS = 0.002
 """How long no request must have been in flight before the worker starts a step: a client that
@@ -198,16 +197,17 @@ class Indexer:
                 self._wake.clear()  # before the next look at the queue: no wake-up is lost
 
     def _adopt(self, embedder: Embedder) -> None:
-        """At the worker's start, then every `adopt_seconds` for `adopt_window`, then every
-        window: a rolling upgrade's old processes may save under the former name until the last
-        of them stops, after this one started."""
+        """At the worker's start, then every `adopt_seconds` for `adopt_window`: a rolling
+        upgrade's old processes may save under the former name until the last of them stops,
+        after this one started. Then no more (each look reads every vector's model): a process
+        of the old release left running past that is found by `mnemos reindex`, which adopts
+        first."""
         now = time.monotonic()
         if now < self._next_adoption:
             return
         if not self._adopt_until:
             self._adopt_until = now + self._adopt_window
-        later = self._adopt_seconds if now < self._adopt_until else self._adopt_window
-        self._next_adoption = now + later
+        self._next_adoption = now + self._adopt_seconds if now < self._adopt_until else math.inf
         try:
             adopt_former_vectors(self.store, embedder)
         except Exception:
