@@ -540,7 +540,8 @@ class VectorStore(Protocol):
         self, model: str, ids: Sequence[uuid.UUID], vectors: NDArray[np.float32]
     ) -> int:
         """Store one unit vector per memory (row `i` is `ids[i]`'s), made by `model`, replacing
-        one of another model, and take the memories off the queue; memories deleted meanwhile
+        one of another model, and take the memories off the queue; memories deleted meanwhile,
+        or being deleted (never waited for: an erasure never waits in a deadlock with a save),
         are skipped, and so is a memory whose vector of `model` is stored already (a memory's
         text never changes: a second save, concurrent or not, adds nothing). How many were
         stored."""

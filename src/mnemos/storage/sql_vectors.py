@@ -308,12 +308,22 @@ class VectorsSql(SqlBase):
         # would send every tenant's reads to the primary after each save).
         tenants: list[uuid.UUID] = []
         with self._lazy_write(mark=tenants) as conn:
-            # Lock the memories against a concurrent delete (PostgreSQL; SQLite has one writer).
+            # Lock the memories against a concurrent delete (PostgreSQL; SQLite has one writer),
+            # in pk order, passing over those another transaction is deleting (an erasure, a
+            # deletion): such a memory needs no vector, and its deletion takes its queue row.
+            # This save thus never waits for a deleter, so a deleter that waits for the rows
+            # locked here (until this commits) is never in a deadlock with it: an erasure is
+            # never the victim. Waiting instead, a save and an erasure that took their rows in
+            # different orders (by id; by scope and time) each held one the other wanted. A
+            # memory passed over whose deletion rolls back stays queued: its claim expires and
+            # it is embedded again. (`read=True`: `key_share` alone is FOR NO KEY UPDATE, which
+            # also waited for, and blocked, every status change and every other save.)
             found = conn.execute(
                 sa.select(M.pk, M.id, M.tenant_id, M.scope, *owners)
                 .prefix_with(EVERY_TENANT)
                 .where(M.id.in_(list(ids)))
-                .with_for_update(key_share=True)
+                .order_by(M.pk)
+                .with_for_update(read=True, key_share=True, skip_locked=True)
             ).all()
             if not found:
                 return 0
@@ -393,7 +403,7 @@ class VectorsSql(SqlBase):
                 .where(T.tenant_id == tenant, T.owner == owner, V.model == model)
                 .order_by(V.memory_pk)
                 .limit(CHUNK_ROWS)
-                .with_for_update(of=memories, key_share=True, skip_locked=True)
+                .with_for_update(of=memories, read=True, key_share=True, skip_locked=True)
             ).all()
             if len(rows) < CHUNK_ROWS:
                 continue  # the tail holds vectors of another model, waiting for a reindex
