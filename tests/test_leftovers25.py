@@ -57,7 +57,8 @@ def _about(bot: Actor, org: str, person: uuid.UUID, count: int) -> list[Memory]:
 
 def _a_large_tenant(store: Store, world: World, name: str) -> tuple[Actor, str]:
     """An agent of the organization `name` (and its id) holding 5,000 other memories, analyzed:
-    the planner reads one person's memories by the subject index, as it does in a deployment."""
+    the planner reads by index as in a deployment (a save's memories by `ix_memories_id`, a
+    person's by `ix_memories_subject_scope_order`), not by a scan of a small table."""
     bot = world.agent(world.user("Owner", name))
     at = utcnow()
     for batch in range(5):
@@ -120,7 +121,7 @@ def test_a_save_during_its_persons_erasure_never_makes_the_erasure_the_deadlock_
     erasure (`deadlock detected`: the person's erasure failed). Now the save locks X, passes
     over Y and commits; the erasure erases both."""
     _on_postgres_only(settings)
-    bot, org = _a_large_tenant(store, world, "l25-victim")
+    bot, _ = _a_large_tenant(store, world, "l25-victim")
     ann = uuid.UUID(world.user("Ann", "l25-victim").id)
     x_made = agent_memory(bot, "X", scope=Scope.SUBJECT, subject_id=ann)
     time.sleep(0.002)  # X's id (uuid7) is the older

@@ -309,21 +309,21 @@ class VectorsSql(SqlBase):
         tenants: list[uuid.UUID] = []
         with self._lazy_write(mark=tenants) as conn:
             # Lock the memories against a concurrent delete (PostgreSQL; SQLite has one writer),
-            # in pk order, passing over those another transaction is deleting (an erasure, a
-            # deletion): such a memory needs no vector, and its deletion takes its queue row.
-            # This save thus never waits for a deleter, so a deleter that waits for the rows
-            # locked here (until this commits) is never in a deadlock with it: an erasure is
-            # never the victim. Waiting instead, a save and an erasure that took their rows in
-            # different orders (by id; by scope and time) each held one the other wanted. A
-            # memory passed over whose deletion rolls back stays queued: its claim expires and
-            # it is embedded again. (`read=True`: `key_share` alone is FOR NO KEY UPDATE, which
-            # also waited for, and blocked, every status change and every other save.)
+            # in pk order, never waiting: a memory another transaction holds is passed over. One
+            # being deleted (an erasure, a deletion) needs no vector, and its deletion takes its
+            # queue row; one another save holds (a claim taken over) is that save's to store;
+            # one being changed (a status) stays queued, its claim expires and it is embedded
+            # again, as is one whose deletion rolls back. A deleter waits for the rows held here
+            # (until this commits) but this save never waits for it, so an erasure is never a
+            # deadlock's victim: waiting, a save and an erasure that took their rows in other
+            # orders (by id; by scope and time) each held one the other wanted. `key_share`
+            # without `read` is FOR NO KEY UPDATE: a delete's lock conflicts with it.
             found = conn.execute(
                 sa.select(M.pk, M.id, M.tenant_id, M.scope, *owners)
                 .prefix_with(EVERY_TENANT)
                 .where(M.id.in_(list(ids)))
                 .order_by(M.pk)
-                .with_for_update(read=True, key_share=True, skip_locked=True)
+                .with_for_update(key_share=True, skip_locked=True)
             ).all()
             if not found:
                 return 0
@@ -337,8 +337,8 @@ class VectorsSql(SqlBase):
             # place is added to its owners' layout: a copy there would take a place of the
             # search's first pass (`first_pass`'s `count x copies`). A vector of another model
             # is replaced (its tail rows go by their cascade, its chunks with the reindex that
-            # switched models). A concurrent save of the same memory inserts first: this
-            # insert then waits for it and skips the row (PostgreSQL; SQLite has one writer).
+            # switched models). A concurrent save of the same memory holds it (passed over
+            # above); one that committed first is skipped here.
             conn.execute(
                 memory_vectors.delete().where(
                     V.tenant_id.in_(tenants), V.memory_pk.in_(pks), V.model != model
@@ -403,7 +403,7 @@ class VectorsSql(SqlBase):
                 .where(T.tenant_id == tenant, T.owner == owner, V.model == model)
                 .order_by(V.memory_pk)
                 .limit(CHUNK_ROWS)
-                .with_for_update(of=memories, read=True, key_share=True, skip_locked=True)
+                .with_for_update(of=memories, key_share=True, skip_locked=True)
             ).all()
             if len(rows) < CHUNK_ROWS:
                 continue  # the tail holds vectors of another model, waiting for a reindex
