@@ -540,8 +540,10 @@ class VectorStore(Protocol):
         self, model: str, ids: Sequence[uuid.UUID], vectors: NDArray[np.float32]
     ) -> int:
         """Store one unit vector per memory (row `i` is `ids[i]`'s), made by `model`, replacing
-        one of another model, and take the memories off the queue; memories deleted meanwhile
-        are skipped, and so is a memory whose vector of `model` is stored already (a memory's
+        one of another model, and take the memories off the queue; memories deleted meanwhile,
+        or held by another transaction (being deleted, changed, or saved by another worker:
+        never waited for, so an erasure never deadlocks with a save; they stay queued) are
+        skipped, and so is a memory whose vector of `model` is stored already (a memory's
         text never changes: a second save, concurrent or not, adds nothing). How many were
         stored."""
 

@@ -290,7 +290,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                 .limit(sa.bindparam("limit", type_=sa.Integer()))
                 .offset(sa.bindparam("offset", type_=sa.Integer()))
             )
-            self._remember(shape, statement)
+            self._statements.put(shape, statement)
         return statement, params
 
     @replica_read
@@ -384,7 +384,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                 .subquery()
             )
             statement = sa.select(sa.func.count()).select_from(found)
-            self._remember(shape, statement)
+            self._statements.put(shape, statement)
         return int(conn.execute(statement, params).scalar_one())
 
     def _walk_edge(self, single: MemoryQuery, params: dict[str, Any]) -> sa.Select[Any]:
@@ -401,7 +401,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                 .limit(1)
                 .offset(WALK_ROWS - 1)
             )
-            self._remember(shape, statement)
+            self._statements.put(shape, statement)
         return statement
 
     def _walk_statement(
@@ -428,7 +428,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
                 .order_by(M.inserted_at.desc(), M.id.desc())
                 .limit(sa.bindparam("limit", type_=sa.Integer()))
             )
-            self._remember(shape, statement)
+            self._statements.put(shape, statement)
         return statement
 
     @replica_read
@@ -478,7 +478,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         statement = self._statements.get(shape)
         if statement is None:
             statement = self._ranked_statement(query, pool, cuts, walk)
-            self._remember(shape, statement)
+            self._statements.put(shape, statement)
         rows = conn.execute(statement, params).all()
         found = [Scored(row[1], float(row[0])) for row in rows if row[1] is not None]
         counts = iter(rows[0][2:] if any(cuts) else ())
@@ -555,7 +555,7 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
             statement = sa.select(*columns).where(visible)
             if candidates:
                 statement = statement.where(self._candidates_in(M.pk))
-            self._remember(shape, statement)
+            self._statements.put(shape, statement)
         return statement, params
 
     @replica_read
@@ -568,17 +568,12 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         if statement is None:
             keys = self._matching_keys(query, after=False, depth=False)
             statement = sa.select(sa.func.count()).select_from(keys)
-            self._remember(shape, statement)
+            self._statements.put(shape, statement)
         if query.search is None:
             with self._read() as conn:
                 return int(conn.execute(statement, params).scalar_one())
         with self._search_read() as conn, self._search_budget(conn):
             return int(conn.execute(statement, params).scalar_one())
-
-    def _remember(self, shape: tuple[Any, ...], statement: sa.Select[Any]) -> None:
-        if len(self._statements) >= MAX_CACHED_STATEMENTS:
-            self._statements.clear()
-        self._statements[shape] = statement
 
     @staticmethod
     def _shape(kind: str, query: MemoryQuery, params: dict[str, Any]) -> tuple[Any, ...]:
@@ -663,7 +658,6 @@ class SqlStore(AccountsSql, RoomsSql, TuyaSql, VectorsSql, RightsSql, Store):
         return sa.union(*branches).subquery("matches")
 
 
-MAX_CACHED_STATEMENTS = 512
 UNFILTERED: dict[str, Any] = {
     **{name: None for name in FILTER_NAMES if name != "statuses"},
     "statuses": tuple(Status),

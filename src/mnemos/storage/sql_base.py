@@ -36,6 +36,7 @@ from mnemos.storage.schema import (
     subject_tenants,
 )
 from mnemos.storage.search_plan import TermStats
+from mnemos.storage.statement_cache import StatementCache
 
 log = logging.getLogger("mnemos")
 M = memories.c
@@ -148,7 +149,7 @@ class SqlBase(abc.ABC):
         self._read_engine = read_engine
         self._write_engine = write_engine
         self._snapshot_engine = snapshot_engine or read_engine
-        self._statements: dict[tuple[Any, ...], Any] = {}  # list SELECTs by query shape
+        self._statements = StatementCache()  # built statements by query shape
         self._queued_listeners: list[Callable[[], object]] = []  # `on_queued`
         self._pinned = threading.local()  # `.pin`: the transaction of a `snapshot()`, per thread
         self._route = threading.local()  # `.replica`: where this thread's `replica_read` runs
@@ -505,7 +506,7 @@ class SqlBase(abc.ABC):
                 table.delete().where(column.in_(expired)),
                 self._insert_ignore(table).returning(column),
             )
-            self._statements[("remember", table.name)] = statements
+            self._statements.put(("remember", table.name), statements)
         clean, insert = statements
         with write() if write is not None else self._write(mark=False) as conn:
             conn.execute(clean, {"now": utcnow()})

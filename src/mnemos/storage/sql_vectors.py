@@ -331,12 +331,22 @@ class VectorsSql(SqlBase):
         # would send every tenant's reads to the primary after each save).
         tenants: list[uuid.UUID] = []
         with self._lazy_write(mark=tenants) as conn:
-            # Lock the memories against a concurrent delete (PostgreSQL; SQLite has one writer).
+            # Lock the memories against a concurrent delete (PostgreSQL; SQLite has one writer),
+            # in pk order, never waiting: a memory another transaction holds is passed over. One
+            # being deleted (an erasure, a deletion) needs no vector, and its deletion takes its
+            # queue row; one another save holds (a claim taken over) is that save's to store;
+            # one being changed (a status) stays queued, its claim expires and it is embedded
+            # again, as is one whose deletion rolls back. A deleter waits for the rows held here
+            # (until this commits) but this save never waits for it, so an erasure is never a
+            # deadlock's victim: waiting, a save and an erasure that took their rows in other
+            # orders (by id; by scope and time) each held one the other wanted. `key_share`
+            # without `read` is FOR NO KEY UPDATE: a delete's lock conflicts with it.
             found = conn.execute(
                 sa.select(M.pk, M.id, M.tenant_id, M.scope, *owners)
                 .prefix_with(EVERY_TENANT)
                 .where(M.id.in_(list(ids)))
-                .with_for_update(key_share=True)
+                .order_by(M.pk)
+                .with_for_update(key_share=True, skip_locked=True)
             ).all()
             if not found:
                 return 0
@@ -350,8 +360,8 @@ class VectorsSql(SqlBase):
             # place is added to its owners' layout: a copy there would take a place of the
             # search's first pass (`first_pass`'s `count x copies`). A vector of another model
             # is replaced (its tail rows go by their cascade, its chunks with the reindex that
-            # switched models). A concurrent save of the same memory inserts first: this
-            # insert then waits for it and skips the row (PostgreSQL; SQLite has one writer).
+            # switched models). A concurrent save of the same memory holds it (passed over
+            # above); one that committed first is skipped here.
             conn.execute(
                 memory_vectors.delete().where(
                     V.tenant_id.in_(tenants), V.memory_pk.in_(pks), V.model != model
